@@ -1,0 +1,12 @@
+//! Shared vocabulary of Weir: identifiers, the injectable clock and retry backoff.
+//!
+//! This crate does no I/O. Everything that needs "now" or randomness takes a
+//! [`Clock`] or a seeded RNG so tests and the simulator can drive them.
+
+mod backoff;
+mod clock;
+mod ids;
+
+pub use backoff::Backoff;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use ids::{FileId, TopicId};

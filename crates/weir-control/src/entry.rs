@@ -1,0 +1,86 @@
+//! Metadata log entries. The log holds requests, not results: `State::apply` turns each entry
+//! into its result deterministically, so replay reproduces what the writer computed.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use weir_common::{FileId, TopicId};
+
+use crate::ControlError;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Entry {
+    /// The first entry a new writer epoch puts in the log (fencing and replay ordering).
+    NewEpoch {
+        epoch: u64,
+        cluster_id: String,
+    },
+    CreateTopic {
+        name: String,
+        topic_id: TopicId,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    CreatePartitions {
+        name: String,
+        total: i32,
+    },
+    CommitFile(FileCommit),
+    /// Non-transactional InitProducerId; `existing` asks for an epoch bump of a known id.
+    InitProducerId {
+        existing: Option<(i64, i16)>,
+    },
+}
+
+/// A file uploaded to a quorum of ingest buckets, to be made visible at assigned offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileCommit {
+    pub file_id: FileId,
+    pub size: u64,
+    /// Indices of the ingest buckets that hold the file.
+    pub buckets: Vec<u8>,
+    pub batches: Vec<BatchCommit>,
+}
+
+/// One record batch inside a committed file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCommit {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub byte_offset: u64,
+    pub len: u32,
+    /// Offsets the batch occupies (`lastOffsetDelta + 1`).
+    pub offset_span: i32,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// The outcome of one batch of a CommitFile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchOutcome {
+    Appended {
+        base_offset: i64,
+        log_start_offset: i64,
+    },
+    /// An idempotent retry of a batch already in the log: its original offset.
+    Duplicate {
+        base_offset: i64,
+        log_start_offset: i64,
+    },
+    Rejected(ControlError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryResult {
+    NewEpoch,
+    CreateTopic(Result<TopicId, ControlError>),
+    DeleteTopic(Result<(), ControlError>),
+    CreatePartitions(Result<(), ControlError>),
+    CommitFile(Vec<BatchOutcome>),
+    InitProducerId(Result<(i64, i16), ControlError>),
+}

@@ -1,0 +1,37 @@
+use serde::{Deserialize, Serialize};
+
+/// Why a control-plane request failed. Deterministic outcomes of `apply` are serialisable so
+/// replay reproduces them; `Unavailable` and `ShuttingDown` come from the plane, never from apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ControlError {
+    #[error("unknown topic or partition: {0}")]
+    UnknownTopicOrPartition(String),
+    #[error("topic already exists: {0}")]
+    TopicAlreadyExists(String),
+    #[error("invalid topic: {0}")]
+    InvalidTopic(String),
+    #[error("invalid partitions: {0}")]
+    InvalidPartitions(String),
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    #[error("out of order sequence: expected {expected}, got {got}")]
+    OutOfOrderSequence { expected: i32, got: i32 },
+    #[error("producer epoch {got} is older than current epoch {current}")]
+    InvalidProducerEpoch { current: i16, got: i16 },
+    #[error("unknown producer id {0}")]
+    UnknownProducerId(i64),
+    #[error("control plane unavailable: {0}")]
+    Unavailable(String),
+    #[error("control plane is shutting down")]
+    ShuttingDown,
+}
+
+impl ControlError {
+    /// Whether the client may retry the same request and expect a different outcome.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ControlError::Unavailable(_) | ControlError::ShuttingDown
+        )
+    }
+}

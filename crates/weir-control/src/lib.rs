@@ -1,0 +1,23 @@
+//! The control plane: the deterministic metadata state machine and its durable log on object
+//! storage.
+//!
+//! * [`state`] — topics, partitions, the file index, producer state; `apply(entry) -> result`.
+//! * [`entry`] — what the log records (requests, not results) and what applying them returns.
+//! * [`log`] — create-only sequenced log objects, epochs, snapshots and recovery by replay.
+//! * [`plane`] — the in-process [`ControlPlane`] handle: a single actor sequences entries,
+//!   group-commits them with several log writes in flight, and answers each caller once its
+//!   entry and every entry before it are durable (DUR-1, CTL-1).
+//!
+//! It does not speak the Kafka protocol; callers map [`ControlError`] to Kafka error codes.
+
+pub mod configs;
+pub mod entry;
+pub mod error;
+pub mod log;
+pub mod plane;
+pub mod state;
+
+pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit};
+pub use error::ControlError;
+pub use plane::{ControlPlane, ControlPlaneSettings};
+pub use state::{IndexEntry, PartitionState, State, Topic};

@@ -1,0 +1,364 @@
+//! The metadata log on object storage (see `docs/rfcs/0001-metadata-log.md`).
+//!
+//! * Slot `s` is the object `meta/log/{s:020}`, written create-only, holding one group-committed
+//!   [`LogRecord`] tagged with the writer's epoch. Create-only slots fence a deposed writer (CTL-1).
+//! * A writer claims `meta/epoch/{e:020}` (create-only, one above the highest it sees) before it
+//!   writes, and its first record is `Entry::NewEpoch`.
+//! * Replay reads slots in order until the first missing one; a record whose epoch is lower than
+//!   an epoch already seen is dead (written by a deposed writer after the takeover) and skipped.
+//! * Snapshots `meta/snapshot/{s:020}` hold the state after slot `s`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+use weir_common::Backoff;
+use weir_format::{decode_envelope, encode_envelope, EnvelopeKind};
+use weir_storage::keys;
+
+use crate::entry::Entry;
+use crate::state::State;
+
+/// How far past the first gap recovery looks for dead slots of a deposed writer. It must exceed
+/// any writer's `max_inflight_writes`.
+pub const DEAD_SLOT_PROBE: u64 = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("object store error on {key}: {source}")]
+    Store {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("slot {seq} was taken by another writer (epoch {found_epoch}, ours {our_epoch})")]
+    SlotLost {
+        seq: u64,
+        found_epoch: u64,
+        our_epoch: u64,
+    },
+    #[error("epoch {0} was claimed by another control plane")]
+    EpochTaken(u64),
+    #[error("corrupt metadata object {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+/// One log slot: the entries group-committed together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotBody {
+    state: State,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct EpochBody {
+    address: String,
+}
+
+/// Access to the metadata objects of one bucket.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    store: Arc<dyn ObjectStore>,
+    write_attempts: u32,
+}
+
+/// The result of recovery: the durable state and where the new writer continues.
+#[derive(Debug)]
+pub struct Recovered {
+    pub state: State,
+    pub epoch: u64,
+    /// The first slot the new writer appends to.
+    pub next_seq: u64,
+    /// Slots recovery wrote (the NewEpoch record and hole fillers).
+    pub slots_written: u64,
+}
+
+impl LogStore {
+    pub fn new(store: Arc<dyn ObjectStore>, write_attempts: u32) -> Self {
+        Self {
+            store,
+            write_attempts: write_attempts.max(1),
+        }
+    }
+
+    pub fn encode_record(epoch: u64, seq: u64, record: &LogRecord) -> Bytes {
+        let payload = serde_json::to_vec(record).expect("log records always serialise");
+        encode_envelope(EnvelopeKind::LogEntry, epoch, seq, &payload)
+    }
+
+    pub fn encode_snapshot(epoch: u64, seq: u64, state: &State) -> Bytes {
+        let body = SnapshotBody {
+            state: state.clone(),
+        };
+        let payload = serde_json::to_vec(&body).expect("state always serialises");
+        encode_envelope(EnvelopeKind::Snapshot, epoch, seq, &payload)
+    }
+
+    /// Writes slot `seq` create-only. An `AlreadyExists` holding our exact bytes (an earlier
+    /// attempt that succeeded after reporting failure) counts as success.
+    pub async fn write_slot(&self, seq: u64, epoch: u64, bytes: Bytes) -> Result<(), LogError> {
+        let key = keys::meta_log(seq);
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+        let mut rng = fastrand::Rng::with_seed(seq);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let options = PutOptions::from(PutMode::Create);
+            match self
+                .store
+                .put_opts(&key, PutPayload::from(bytes.clone()), options)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    let existing = self.get(&key).await?.unwrap_or_default();
+                    if existing == bytes {
+                        return Ok(());
+                    }
+                    let found_epoch = decode_envelope(&existing).map(|env| env.epoch).unwrap_or(0);
+                    return Err(LogError::SlotLost {
+                        seq,
+                        found_epoch,
+                        our_epoch: epoch,
+                    });
+                }
+                Err(source) if attempt < self.write_attempts => {
+                    warn!(seq, attempt, error = %source, "metadata log write failed, retrying");
+                    tokio::time::sleep(backoff.next_delay(&mut rng)).await;
+                }
+                Err(source) => {
+                    return Err(LogError::Store {
+                        key: key.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    pub async fn write_snapshot(&self, seq: u64, bytes: Bytes) -> Result<(), LogError> {
+        let key = keys::meta_snapshot(seq);
+        match self.store.put(&key, PutPayload::from(bytes)).await {
+            Ok(_) => Ok(()),
+            Err(source) => Err(LogError::Store {
+                key: key.to_string(),
+                source,
+            }),
+        }
+    }
+
+    async fn get(&self, key: &Path) -> Result<Option<Bytes>, LogError> {
+        match self.store.get(key).await {
+            Ok(result) => result
+                .bytes()
+                .await
+                .map(Some)
+                .map_err(|source| LogError::Store {
+                    key: key.to_string(),
+                    source,
+                }),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(source) => Err(LogError::Store {
+                key: key.to_string(),
+                source,
+            }),
+        }
+    }
+
+    async fn list_seqs(&self, prefix: &Path) -> Result<Vec<u64>, LogError> {
+        let metas: Vec<_> =
+            self.store
+                .list(Some(prefix))
+                .try_collect()
+                .await
+                .map_err(|source| LogError::Store {
+                    key: prefix.to_string(),
+                    source,
+                })?;
+        let mut seqs: Vec<u64> = metas
+            .iter()
+            .filter_map(|meta| keys::parse_seq_key(&meta.location))
+            .collect();
+        seqs.sort_unstable();
+        Ok(seqs)
+    }
+
+    async fn read_record(&self, seq: u64) -> Result<Option<(u64, LogRecord)>, LogError> {
+        let key = keys::meta_log(seq);
+        let Some(bytes) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        let corrupt = |reason: String| LogError::Corrupt {
+            key: key.to_string(),
+            reason,
+        };
+        let envelope = decode_envelope(&bytes).map_err(|err| corrupt(err.to_string()))?;
+        if envelope.kind != EnvelopeKind::LogEntry || envelope.seq != seq {
+            return Err(corrupt(format!(
+                "kind {:?} seq {}",
+                envelope.kind, envelope.seq
+            )));
+        }
+        let record: LogRecord =
+            serde_json::from_slice(envelope.payload).map_err(|err| corrupt(err.to_string()))?;
+        Ok(Some((envelope.epoch, record)))
+    }
+
+    /// Claims the next epoch create-only; losing the race means another control plane is active.
+    async fn claim_epoch(&self, address: &str) -> Result<u64, LogError> {
+        let highest = self
+            .list_seqs(&keys::meta_epoch_prefix())
+            .await?
+            .last()
+            .copied()
+            .unwrap_or(0);
+        let epoch = highest + 1;
+        let body = serde_json::to_vec(&EpochBody {
+            address: address.to_string(),
+        })
+        .expect("epoch body serialises");
+        let bytes = encode_envelope(EnvelopeKind::Epoch, epoch, epoch, &body);
+        let key = keys::meta_epoch(epoch);
+        match self
+            .store
+            .put_opts(
+                &key,
+                PutPayload::from(bytes),
+                PutOptions::from(PutMode::Create),
+            )
+            .await
+        {
+            Ok(_) => Ok(epoch),
+            Err(object_store::Error::AlreadyExists { .. }) => Err(LogError::EpochTaken(epoch)),
+            Err(source) => Err(LogError::Store {
+                key: key.to_string(),
+                source,
+            }),
+        }
+    }
+
+    async fn load_snapshot(&self) -> Result<Option<(u64, State)>, LogError> {
+        for seq in self
+            .list_seqs(&keys::meta_snapshot_prefix())
+            .await?
+            .into_iter()
+            .rev()
+        {
+            let key = keys::meta_snapshot(seq);
+            let Some(bytes) = self.get(&key).await? else {
+                continue;
+            };
+            let decoded = decode_envelope(&bytes)
+                .map_err(|err| err.to_string())
+                .and_then(|env| {
+                    serde_json::from_slice::<SnapshotBody>(env.payload)
+                        .map_err(|err| err.to_string())
+                });
+            match decoded {
+                Ok(body) => return Ok(Some((seq, body.state))),
+                Err(reason) => warn!(seq, %reason, "skipping unreadable snapshot"),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Recovers the durable state and takes over as writer with a fresh epoch.
+    pub async fn recover(
+        &self,
+        address: &str,
+        new_cluster_id: &str,
+    ) -> Result<Recovered, LogError> {
+        let epoch = self.claim_epoch(address).await?;
+        let (snapshot_seq, mut state) = match self.load_snapshot().await? {
+            Some((seq, state)) => (Some(seq), state),
+            None => (None, State::default()),
+        };
+        state.rebuild_indexes();
+        let mut seq = snapshot_seq.map_or(0, |s| s + 1);
+        let mut log_epoch = state.epoch;
+        let mut replayed = 0u64;
+        while let Some((record_epoch, record)) = self.read_record(seq).await? {
+            if record_epoch >= log_epoch {
+                log_epoch = record_epoch;
+                for entry in &record.entries {
+                    state.apply(entry);
+                }
+                replayed += 1;
+            }
+            seq += 1;
+        }
+        state.mark_all_stable();
+        let gap = seq;
+        let cluster_id = if state.cluster_id.is_empty() {
+            new_cluster_id.to_string()
+        } else {
+            state.cluster_id.clone()
+        };
+        let new_epoch = Entry::NewEpoch { epoch, cluster_id };
+        state.apply(&new_epoch);
+        let record = LogRecord {
+            entries: vec![new_epoch],
+        };
+        self.write_slot(gap, epoch, Self::encode_record(epoch, gap, &record))
+            .await?;
+        let next_seq = self.fill_dead_slots(gap, epoch).await?;
+        info!(
+            epoch,
+            snapshot = ?snapshot_seq,
+            replayed,
+            next_seq,
+            topics = state.topics.len(),
+            "control plane recovered"
+        );
+        Ok(Recovered {
+            state,
+            epoch,
+            next_seq,
+            slots_written: next_seq - gap,
+        })
+    }
+
+    /// Fills holes among dead slots a deposed writer may have left past `gap`, so replay never
+    /// stops before the new writer's records. Returns the first free slot.
+    async fn fill_dead_slots(&self, gap: u64, epoch: u64) -> Result<u64, LogError> {
+        let existing = self.list_seqs(&keys::meta_log_prefix()).await?;
+        let last_dead = existing
+            .iter()
+            .copied()
+            .filter(|seq| *seq > gap && *seq <= gap + DEAD_SLOT_PROBE)
+            .max();
+        let Some(last_dead) = last_dead else {
+            return Ok(gap + 1);
+        };
+        warn!(
+            gap,
+            last_dead, "found dead slots of a deposed writer, filling holes"
+        );
+        for seq in gap + 1..=last_dead {
+            if existing.binary_search(&seq).is_ok() {
+                continue;
+            }
+            let filler = LogRecord { entries: vec![] };
+            match self
+                .write_slot(seq, epoch, Self::encode_record(epoch, seq, &filler))
+                .await
+            {
+                Ok(()) | Err(LogError::SlotLost { .. }) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(last_dead + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests;

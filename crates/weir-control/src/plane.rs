@@ -1,0 +1,398 @@
+//! The in-process control plane: one actor sequences entries, applies them to the state machine,
+//! group-commits them into log slots with several writes in flight, and answers callers strictly
+//! in slot order once each slot and all before it are durable.
+//!
+//! Readers (metadata, fetch) read the shared [`State`] directly; consumers only ever see
+//! `stable_high_watermark`, which moves when a slot becomes durable.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
+use object_store::ObjectStore;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{error, info, warn};
+use weir_common::{Backoff, TopicId};
+
+use crate::entry::{Entry, EntryResult};
+use crate::log::{LogError, LogRecord, LogStore, Recovered};
+use crate::state::State;
+use crate::ControlError;
+
+/// Tuning of the metadata log writer.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneSettings {
+    /// Log slots written concurrently. More hides object-store latency; each slot is one PUT.
+    pub max_inflight_writes: usize,
+    /// Entries group-committed into one slot at most.
+    pub max_entries_per_slot: usize,
+    /// A snapshot is written every this many slots (and on clean shutdown).
+    pub snapshot_every_slots: u64,
+    /// Attempts per log write before the writer gives up and re-recovers.
+    pub write_attempts: u32,
+    /// Advertised address recorded in the epoch object.
+    pub address: String,
+}
+
+impl Default for ControlPlaneSettings {
+    fn default() -> Self {
+        Self {
+            max_inflight_writes: 4,
+            max_entries_per_slot: 4096,
+            snapshot_every_slots: 1000,
+            write_attempts: 5,
+            address: String::new(),
+        }
+    }
+}
+
+enum Command {
+    Submit {
+        entry: Entry,
+        reply: oneshot::Sender<Result<EntryResult, ControlError>>,
+    },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// Handle to the control plane; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    commands: mpsc::Sender<Command>,
+    state: Arc<RwLock<State>>,
+    durable_seq: watch::Receiver<u64>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Submit { entry, .. } => write!(f, "Submit({entry:?})"),
+            Command::Shutdown { .. } => write!(f, "Shutdown"),
+        }
+    }
+}
+
+impl ControlPlane {
+    /// Recovers from `store` (snapshot + replay), claims a new epoch, and starts the writer.
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        settings: ControlPlaneSettings,
+        seed: u64,
+    ) -> Result<Self, LogError> {
+        let log = LogStore::new(store, settings.write_attempts);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let cluster_id = new_cluster_id(&mut rng);
+        let recovered = log.recover(&settings.address, &cluster_id).await?;
+        let durable = recovered.next_seq - 1;
+        let (durable_tx, durable_rx) = watch::channel(durable);
+        let state = Arc::new(RwLock::new(State::default()));
+        let (commands_tx, commands_rx) = mpsc::channel(4096);
+        let writer = Writer {
+            log,
+            settings,
+            state: state.clone(),
+            durable_tx,
+            cluster_id,
+        };
+        let position = writer.install(recovered);
+        tokio::spawn(writer.run(commands_rx, position));
+        Ok(Self {
+            commands: commands_tx,
+            state,
+            durable_seq: durable_rx,
+        })
+    }
+
+    /// Sequences `entry`, and returns its result once it is durable.
+    pub async fn submit(&self, entry: Entry) -> Result<EntryResult, ControlError> {
+        let (reply, response) = oneshot::channel();
+        self.commands
+            .send(Command::Submit { entry, reply })
+            .await
+            .map_err(|_| ControlError::ShuttingDown)?;
+        response.await.map_err(|_| ControlError::ShuttingDown)?
+    }
+
+    /// Reads the current state. Never hold the closure across an await.
+    pub fn read<R>(&self, reader: impl FnOnce(&State) -> R) -> R {
+        let guard = self
+            .state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        reader(&guard)
+    }
+
+    /// A receiver that changes whenever a log slot becomes durable (fetch long-poll wake-up).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.durable_seq.clone()
+    }
+
+    /// Finishes in-flight writes, writes a snapshot, and stops the writer.
+    pub async fn shutdown(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.commands.send(Command::Shutdown { done }).await.is_ok() {
+            let _ = finished.await;
+        }
+    }
+
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: std::collections::BTreeMap<String, String>,
+        seed: u64,
+    ) -> Result<TopicId, ControlError> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let entry = Entry::CreateTopic {
+            name: name.to_string(),
+            topic_id: TopicId::random(&mut rng),
+            partitions,
+            configs,
+        };
+        match self.submit(entry).await? {
+            EntryResult::CreateTopic(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(result: EntryResult) -> ControlError {
+    ControlError::Unavailable(format!("unexpected result {result:?}"))
+}
+
+fn new_cluster_id(rng: &mut fastrand::Rng) -> String {
+    // Kafka cluster ids are 22-char url-safe base64 of a UUID; any unique string works for clients.
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    (0..22)
+        .map(|_| ALPHABET[rng.usize(..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// A slot written or being written, with what to do once it is durable.
+struct PendingSlot {
+    seq: u64,
+    waiters: Vec<(
+        oneshot::Sender<Result<EntryResult, ControlError>>,
+        EntryResult,
+    )>,
+    /// (topic id, partition, high watermark after this slot) to publish when durable.
+    publish: Vec<(TopicId, usize, i64)>,
+    snapshot: Option<Bytes>,
+}
+
+struct Writer {
+    log: LogStore,
+    settings: ControlPlaneSettings,
+    state: Arc<RwLock<State>>,
+    durable_tx: watch::Sender<u64>,
+    cluster_id: String,
+}
+
+struct WriterPosition {
+    epoch: u64,
+    next_seq: u64,
+}
+
+impl Writer {
+    fn install(&self, recovered: Recovered) -> WriterPosition {
+        let position = WriterPosition {
+            epoch: recovered.epoch,
+            next_seq: recovered.next_seq,
+        };
+        *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
+        self.durable_tx.send_replace(recovered.next_seq - 1);
+        position
+    }
+
+    async fn run(self, mut commands: mpsc::Receiver<Command>, mut position: WriterPosition) {
+        loop {
+            match self.serve(&mut commands, &mut position).await {
+                Ok(()) => return,
+                Err(err) => {
+                    error!(error = %err, "metadata log writer failed, recovering");
+                    position = self.recover_until_ok().await;
+                }
+            }
+        }
+    }
+
+    async fn recover_until_ok(&self) -> WriterPosition {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        let mut rng = fastrand::Rng::with_seed(backoff.attempts().into());
+        loop {
+            match self
+                .log
+                .recover(&self.settings.address, &self.cluster_id)
+                .await
+            {
+                Ok(recovered) => return self.install(recovered),
+                Err(err) => {
+                    warn!(error = %err, "control plane recovery failed, retrying");
+                    tokio::time::sleep(backoff.next_delay(&mut rng)).await;
+                }
+            }
+        }
+    }
+
+    /// Serves commands until shutdown (`Ok`) or a log failure that requires recovery (`Err`).
+    async fn serve(
+        &self,
+        commands: &mut mpsc::Receiver<Command>,
+        position: &mut WriterPosition,
+    ) -> Result<(), LogError> {
+        let mut inflight = FuturesOrdered::new();
+        let mut pending: VecDeque<PendingSlot> = VecDeque::new();
+        let mut shutdown: Option<oneshot::Sender<()>> = None;
+        loop {
+            let can_accept =
+                shutdown.is_none() && inflight.len() < self.settings.max_inflight_writes;
+            tokio::select! {
+                biased;
+                Some(written) = inflight.next(), if !inflight.is_empty() => {
+                    let slot = pending.pop_front().expect("one pending slot per write");
+                    if let Err(err) = written {
+                        fail_all(slot, &mut pending, &err);
+                        return Err(err);
+                    }
+                    self.complete(slot, position.epoch);
+                }
+                command = commands.recv(), if can_accept => {
+                    let Some(command) = command else {
+                        if inflight.is_empty() { return Ok(()); }
+                        continue;
+                    };
+                    let mut batch = Vec::new();
+                    let mut command = Some(command);
+                    while let Some(next) = command.take() {
+                        match next {
+                            Command::Submit { entry, reply } => batch.push((entry, reply)),
+                            Command::Shutdown { done } => { shutdown = Some(done); break; }
+                        }
+                        if batch.len() >= self.settings.max_entries_per_slot { break; }
+                        command = commands.try_recv().ok();
+                    }
+                    if !batch.is_empty() {
+                        let (slot, bytes) = self.seal(batch, position);
+                        pending.push_back(slot);
+                        let log = self.log.clone();
+                        let (seq, epoch) = (position.next_seq - 1, position.epoch);
+                        inflight.push_back(async move { log.write_slot(seq, epoch, bytes).await });
+                    }
+                }
+                else => {}
+            }
+            if inflight.is_empty() {
+                if let Some(done) = shutdown.take() {
+                    self.final_snapshot(position).await;
+                    let _ = done.send(());
+                    commands.close();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Applies a batch of entries as the next slot and encodes the slot.
+    fn seal(
+        &self,
+        batch: Vec<(Entry, oneshot::Sender<Result<EntryResult, ControlError>>)>,
+        position: &mut WriterPosition,
+    ) -> (PendingSlot, Bytes) {
+        let seq = position.next_seq;
+        position.next_seq += 1;
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let mut waiters = Vec::with_capacity(batch.len());
+        let mut publish = Vec::new();
+        let mut entries = Vec::with_capacity(batch.len());
+        for (entry, reply) in batch {
+            let result = state.apply(&entry);
+            if let Entry::CommitFile(commit) = &entry {
+                for batch in &commit.batches {
+                    if let Some(partition) = state.partition(&batch.topic_id, batch.partition) {
+                        publish.push((
+                            batch.topic_id,
+                            batch.partition as usize,
+                            partition.high_watermark,
+                        ));
+                    }
+                }
+            }
+            waiters.push((reply, result));
+            entries.push(entry);
+        }
+        let snapshot = (seq % self.settings.snapshot_every_slots.max(1) == 0)
+            .then(|| LogStore::encode_snapshot(position.epoch, seq, &state));
+        drop(state);
+        let bytes = LogStore::encode_record(position.epoch, seq, &LogRecord { entries });
+        (
+            PendingSlot {
+                seq,
+                waiters,
+                publish,
+                snapshot,
+            },
+            bytes,
+        )
+    }
+
+    /// A slot is durable: publish its high watermarks and answer its callers.
+    fn complete(&self, slot: PendingSlot, epoch: u64) {
+        if !slot.publish.is_empty() {
+            let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+            for (topic_id, partition, high_watermark) in &slot.publish {
+                let Some(name) = state.topic_by_id(topic_id).map(|topic| topic.name.clone()) else {
+                    continue;
+                };
+                if let Some(partition) = state
+                    .topics
+                    .get_mut(&name)
+                    .and_then(|topic| topic.partitions.get_mut(*partition))
+                {
+                    partition.stable_high_watermark =
+                        partition.stable_high_watermark.max(*high_watermark);
+                }
+            }
+        }
+        self.durable_tx.send_replace(slot.seq);
+        for (reply, result) in slot.waiters {
+            let _ = reply.send(Ok(result));
+        }
+        if let Some(snapshot) = slot.snapshot {
+            let log = self.log.clone();
+            let seq = slot.seq;
+            tokio::spawn(async move {
+                if let Err(err) = log.write_snapshot(seq, snapshot).await {
+                    warn!(seq, epoch, error = %err, "snapshot write failed");
+                }
+            });
+        }
+    }
+
+    async fn final_snapshot(&self, position: &WriterPosition) {
+        let seq = position.next_seq - 1;
+        let bytes = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            LogStore::encode_snapshot(position.epoch, seq, &state)
+        };
+        match self.log.write_snapshot(seq, bytes).await {
+            Ok(()) => info!(seq, "wrote shutdown snapshot"),
+            Err(err) => warn!(seq, error = %err, "shutdown snapshot failed"),
+        }
+    }
+}
+
+fn fail_all(first: PendingSlot, rest: &mut VecDeque<PendingSlot>, err: &LogError) {
+    let reason = err.to_string();
+    for slot in std::iter::once(first).chain(rest.drain(..)) {
+        for (reply, _) in slot.waiters {
+            let _ = reply.send(Err(ControlError::Unavailable(reason.clone())));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,416 @@
+//! The deterministic state machine: `apply(entry) -> result`.
+//!
+//! Offsets are assigned here (ORD-1): a partition's high watermark grows by each appended batch's
+//! offset span. Idempotent-producer checks (IDM-1) happen here too, so a retried batch gets its
+//! original offsets even across restarts (the producer state is part of snapshots and replay).
+//!
+//! `high_watermark` is what apply has assigned; `stable_high_watermark` is what is durable and may
+//! be served to consumers (FET-1). Apply advances the first; the plane publishes the second once
+//! the log slot holding the entry is durable.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use weir_common::{FileId, TopicId};
+
+use crate::configs;
+use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit};
+use crate::ControlError;
+
+/// How many recent batches per producer and partition are remembered for duplicate detection,
+/// matching Kafka's limit of 5 in-flight requests for idempotent producers.
+const PRODUCER_BATCH_MEMORY: usize = 5;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct State {
+    pub cluster_id: String,
+    pub epoch: u64,
+    pub next_producer_id: i64,
+    pub producer_epochs: BTreeMap<i64, i16>,
+    pub topics: BTreeMap<String, Topic>,
+    pub files: BTreeMap<FileId, FileMeta>,
+    #[serde(skip)]
+    topic_names_by_id: HashMap<TopicId, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Topic {
+    pub name: String,
+    pub id: TopicId,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionState>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PartitionState {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub stable_high_watermark: i64,
+    /// Sorted by `base_offset`, dense: each entry starts where the previous ended.
+    pub index: Vec<IndexEntry>,
+    pub producers: BTreeMap<i64, ProducerPartitionState>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub file_id: FileId,
+    pub byte_offset: u64,
+    pub len: u32,
+    pub max_timestamp: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileMeta {
+    pub size: u64,
+    pub buckets: Vec<u8>,
+    pub live_batches: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProducerPartitionState {
+    pub epoch: i16,
+    pub recent: VecDeque<SequencedBatch>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SequencedBatch {
+    pub first_sequence: i32,
+    pub last_sequence: i32,
+    pub base_offset: i64,
+}
+
+impl State {
+    /// Rebuilds lookup tables that are not serialised.
+    pub fn rebuild_indexes(&mut self) {
+        self.topic_names_by_id = self
+            .topics
+            .values()
+            .map(|topic| (topic.id, topic.name.clone()))
+            .collect();
+    }
+
+    /// Marks everything assigned as durable (after recovery: all replayed entries are durable).
+    pub fn mark_all_stable(&mut self) {
+        for topic in self.topics.values_mut() {
+            for partition in &mut topic.partitions {
+                partition.stable_high_watermark = partition.high_watermark;
+            }
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&Topic> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &TopicId) -> Option<&Topic> {
+        self.topic_names_by_id
+            .get(id)
+            .and_then(|name| self.topics.get(name))
+    }
+
+    pub fn partition(&self, topic_id: &TopicId, partition: i32) -> Option<&PartitionState> {
+        let topic = self.topic_by_id(topic_id)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|index| topic.partitions.get(index))
+    }
+
+    /// Applies one entry. Total and deterministic: every failure is a result, never a panic.
+    pub fn apply(&mut self, entry: &Entry) -> EntryResult {
+        match entry {
+            Entry::NewEpoch { epoch, cluster_id } => {
+                self.epoch = *epoch;
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = cluster_id.clone();
+                }
+                EntryResult::NewEpoch
+            }
+            Entry::CreateTopic {
+                name,
+                topic_id,
+                partitions,
+                configs,
+            } => EntryResult::CreateTopic(self.create_topic(name, *topic_id, *partitions, configs)),
+            Entry::DeleteTopic { name } => EntryResult::DeleteTopic(self.delete_topic(name)),
+            Entry::CreatePartitions { name, total } => {
+                EntryResult::CreatePartitions(self.create_partitions(name, *total))
+            }
+            Entry::CommitFile(commit) => EntryResult::CommitFile(self.commit_file(commit)),
+            Entry::InitProducerId { existing } => {
+                EntryResult::InitProducerId(self.init_producer_id(*existing))
+            }
+        }
+    }
+
+    fn create_topic(
+        &mut self,
+        name: &str,
+        topic_id: TopicId,
+        partitions: i32,
+        topic_configs: &BTreeMap<String, String>,
+    ) -> Result<TopicId, ControlError> {
+        configs::validate_topic_name(name)?;
+        if self.topics.contains_key(name) {
+            return Err(ControlError::TopicAlreadyExists(name.to_string()));
+        }
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
+            return Err(ControlError::InvalidPartitions(format!(
+                "partition count {partitions} is outside 1..={MAX_PARTITIONS}"
+            )));
+        }
+        if topic_id.is_zero() || self.topic_names_by_id.contains_key(&topic_id) {
+            return Err(ControlError::InvalidTopic(format!(
+                "topic id {topic_id} is not unique"
+            )));
+        }
+        configs::validate(topic_configs)?;
+        let topic = Topic {
+            name: name.to_string(),
+            id: topic_id,
+            configs: topic_configs.clone(),
+            partitions: (0..partitions).map(|_| PartitionState::default()).collect(),
+        };
+        self.topic_names_by_id.insert(topic_id, name.to_string());
+        self.topics.insert(name.to_string(), topic);
+        Ok(topic_id)
+    }
+
+    fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
+        let Some(topic) = self.topics.remove(name) else {
+            return Err(ControlError::UnknownTopicOrPartition(name.to_string()));
+        };
+        self.topic_names_by_id.remove(&topic.id);
+        for partition in &topic.partitions {
+            for entry in &partition.index {
+                self.release_batch(entry.file_id);
+            }
+        }
+        Ok(())
+    }
+
+    fn create_partitions(&mut self, name: &str, total: i32) -> Result<(), ControlError> {
+        let Some(topic) = self.topics.get_mut(name) else {
+            return Err(ControlError::UnknownTopicOrPartition(name.to_string()));
+        };
+        let current = topic.partitions.len() as i32;
+        if total <= current || total > MAX_PARTITIONS {
+            return Err(ControlError::InvalidPartitions(format!(
+                "topic {name} has {current} partitions; requested total {total} must be larger and at most {MAX_PARTITIONS}"
+            )));
+        }
+        topic
+            .partitions
+            .resize_with(total as usize, PartitionState::default);
+        Ok(())
+    }
+
+    fn init_producer_id(
+        &mut self,
+        existing: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ControlError> {
+        if let Some((producer_id, epoch)) = existing {
+            let Some(current) = self.producer_epochs.get_mut(&producer_id) else {
+                return Err(ControlError::UnknownProducerId(producer_id));
+            };
+            if *current != epoch {
+                return Err(ControlError::InvalidProducerEpoch {
+                    current: *current,
+                    got: epoch,
+                });
+            }
+            if *current < i16::MAX - 1 {
+                *current += 1;
+                return Ok((producer_id, *current));
+            }
+            // Epoch exhausted: fall through to a fresh producer id, as Kafka does.
+        }
+        let producer_id = self.next_producer_id;
+        self.next_producer_id += 1;
+        self.producer_epochs.insert(producer_id, 0);
+        Ok((producer_id, 0))
+    }
+
+    fn commit_file(&mut self, commit: &FileCommit) -> Vec<BatchOutcome> {
+        let outcomes: Vec<BatchOutcome> = commit
+            .batches
+            .iter()
+            .map(|batch| self.append_batch(commit.file_id, batch))
+            .collect();
+        let live = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, BatchOutcome::Appended { .. }))
+            .count() as u32;
+        if live > 0 {
+            self.files.insert(
+                commit.file_id,
+                FileMeta {
+                    size: commit.size,
+                    buckets: commit.buckets.clone(),
+                    live_batches: live,
+                },
+            );
+        }
+        outcomes
+    }
+
+    fn append_batch(&mut self, file_id: FileId, batch: &BatchCommit) -> BatchOutcome {
+        let Some(name) = self.topic_names_by_id.get(&batch.topic_id) else {
+            return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(
+                batch.topic_id.to_string(),
+            ));
+        };
+        let producer_epoch_known = self.producer_epochs.get(&batch.producer_id).copied();
+        let next_producer_id = self.next_producer_id;
+        let Some(topic) = self.topics.get_mut(name) else {
+            return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(name.clone()));
+        };
+        let Some(partition) = usize::try_from(batch.partition)
+            .ok()
+            .and_then(|index| topic.partitions.get_mut(index))
+        else {
+            return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(format!(
+                "{}-{}",
+                topic.name, batch.partition
+            )));
+        };
+        if batch.offset_span <= 0 {
+            return BatchOutcome::Rejected(ControlError::InvalidPartitions("empty batch".into()));
+        }
+        if batch.producer_id >= 0 {
+            let Some(current_epoch) =
+                producer_epoch_known.filter(|_| batch.producer_id < next_producer_id)
+            else {
+                return BatchOutcome::Rejected(ControlError::UnknownProducerId(batch.producer_id));
+            };
+            if batch.producer_epoch < current_epoch {
+                return BatchOutcome::Rejected(ControlError::InvalidProducerEpoch {
+                    current: current_epoch,
+                    got: batch.producer_epoch,
+                });
+            }
+            match check_sequence(partition, batch) {
+                SequenceCheck::Accept => {}
+                SequenceCheck::Duplicate(base_offset) => {
+                    return BatchOutcome::Duplicate {
+                        base_offset,
+                        log_start_offset: partition.log_start_offset,
+                    }
+                }
+                SequenceCheck::Reject(error) => return BatchOutcome::Rejected(error),
+            }
+        }
+        let base_offset = partition.high_watermark;
+        let last_offset = base_offset + i64::from(batch.offset_span) - 1;
+        partition.index.push(IndexEntry {
+            base_offset,
+            last_offset,
+            file_id,
+            byte_offset: batch.byte_offset,
+            len: batch.len,
+            max_timestamp: batch.max_timestamp,
+        });
+        partition.high_watermark = last_offset + 1;
+        if batch.producer_id >= 0 {
+            record_sequence(partition, batch, base_offset);
+        }
+        BatchOutcome::Appended {
+            base_offset,
+            log_start_offset: partition.log_start_offset,
+        }
+    }
+
+    fn release_batch(&mut self, file_id: FileId) {
+        if let Some(meta) = self.files.get_mut(&file_id) {
+            meta.live_batches = meta.live_batches.saturating_sub(1);
+            if meta.live_batches == 0 {
+                self.files.remove(&file_id);
+            }
+        }
+    }
+}
+
+/// Kafka's hard ceiling is far higher; this bounds memory per request.
+pub const MAX_PARTITIONS: i32 = 10_000;
+
+enum SequenceCheck {
+    Accept,
+    Duplicate(i64),
+    Reject(ControlError),
+}
+
+fn last_sequence(batch: &BatchCommit) -> i32 {
+    // Sequences wrap at i32::MAX, as in Kafka.
+    ((i64::from(batch.base_sequence) + i64::from(batch.offset_span) - 1)
+        % (i64::from(i32::MAX) + 1)) as i32
+}
+
+fn check_sequence(partition: &PartitionState, batch: &BatchCommit) -> SequenceCheck {
+    let Some(producer) = partition.producers.get(&batch.producer_id) else {
+        // First batch of this producer on this partition: any sequence starts the stream.
+        return SequenceCheck::Accept;
+    };
+    if batch.producer_epoch < producer.epoch {
+        return SequenceCheck::Reject(ControlError::InvalidProducerEpoch {
+            current: producer.epoch,
+            got: batch.producer_epoch,
+        });
+    }
+    if batch.producer_epoch > producer.epoch {
+        return if batch.base_sequence == 0 {
+            SequenceCheck::Accept
+        } else {
+            SequenceCheck::Reject(ControlError::OutOfOrderSequence {
+                expected: 0,
+                got: batch.base_sequence,
+            })
+        };
+    }
+    let last = last_sequence(batch);
+    if let Some(seen) = producer
+        .recent
+        .iter()
+        .find(|seen| seen.first_sequence == batch.base_sequence && seen.last_sequence == last)
+    {
+        return SequenceCheck::Duplicate(seen.base_offset);
+    }
+    let expected = producer
+        .recent
+        .back()
+        .map(|seen| {
+            if seen.last_sequence == i32::MAX {
+                0
+            } else {
+                seen.last_sequence + 1
+            }
+        })
+        .unwrap_or(batch.base_sequence);
+    if batch.base_sequence == expected {
+        SequenceCheck::Accept
+    } else {
+        SequenceCheck::Reject(ControlError::OutOfOrderSequence {
+            expected,
+            got: batch.base_sequence,
+        })
+    }
+}
+
+fn record_sequence(partition: &mut PartitionState, batch: &BatchCommit, base_offset: i64) {
+    let producer = partition.producers.entry(batch.producer_id).or_default();
+    if batch.producer_epoch != producer.epoch {
+        producer.epoch = batch.producer_epoch;
+        producer.recent.clear();
+    }
+    producer.recent.push_back(SequencedBatch {
+        first_sequence: batch.base_sequence,
+        last_sequence: last_sequence(batch),
+        base_offset,
+    });
+    while producer.recent.len() > PRODUCER_BATCH_MEMORY {
+        producer.recent.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,79 @@
+//! The APIs and versions Weir implements. ApiVersions advertises exactly this table.
+
+use kafka_protocol::messages::ApiKey;
+
+/// One supported API with its inclusive version range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupportedApi {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+/// Every API Weir serves. Produce stops at v12: v13 identifies topics by id only.
+pub const SUPPORTED_APIS: &[SupportedApi] = &[
+    api(ApiKey::Produce, 3, 12),
+    api(ApiKey::Fetch, 4, 16),
+    api(ApiKey::ListOffsets, 1, 8),
+    api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
+    api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::DescribeCluster, 0, 1),
+];
+
+const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
+    SupportedApi { key, min, max }
+}
+
+/// The supported range of `key`, if Weir serves it at all.
+pub fn supported_range(key: ApiKey) -> Option<SupportedApi> {
+    SUPPORTED_APIS.iter().copied().find(|api| api.key == key)
+}
+
+/// Whether `version` of `key` is served.
+pub fn is_supported(key: ApiKey, version: i16) -> bool {
+    supported_range(key).is_some_and(|api| api.min <= version && version <= api.max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::protocol::Message;
+
+    #[test]
+    fn test_versions_within_what_the_codec_can_decode() {
+        use kafka_protocol::messages::*;
+        fn check<M: Message>(key: ApiKey) {
+            let ours = supported_range(key).expect("listed");
+            assert!(
+                M::VERSIONS.min <= ours.min && ours.max <= M::VERSIONS.max,
+                "{key:?}"
+            );
+        }
+        check::<ProduceRequest>(ApiKey::Produce);
+        check::<FetchRequest>(ApiKey::Fetch);
+        check::<ListOffsetsRequest>(ApiKey::ListOffsets);
+        check::<MetadataRequest>(ApiKey::Metadata);
+        check::<ApiVersionsRequest>(ApiKey::ApiVersions);
+        check::<CreateTopicsRequest>(ApiKey::CreateTopics);
+        check::<DeleteTopicsRequest>(ApiKey::DeleteTopics);
+        check::<InitProducerIdRequest>(ApiKey::InitProducerId);
+        check::<OffsetForLeaderEpochRequest>(ApiKey::OffsetForLeaderEpoch);
+        check::<DescribeConfigsRequest>(ApiKey::DescribeConfigs);
+        check::<CreatePartitionsRequest>(ApiKey::CreatePartitions);
+        check::<DescribeClusterRequest>(ApiKey::DescribeCluster);
+    }
+
+    #[test]
+    fn test_is_supported_respects_bounds() {
+        assert!(is_supported(ApiKey::Produce, 3));
+        assert!(!is_supported(ApiKey::Produce, 13));
+        assert!(!is_supported(ApiKey::Produce, 2));
+        assert!(!is_supported(ApiKey::JoinGroup, 0));
+    }
+}

@@ -1,0 +1,214 @@
+//! Object key layout (DESIGN §4). This module is the only place object keys are built.
+//!
+//! ```text
+//! ingest/{yyyy-mm-dd-hh}/{file_id}.weir     fresh ingest files (UTC hour of creation)
+//! compacted/{file_id}.weir                  compacted files
+//! meta/log/{seq:020}                        metadata log entries
+//! meta/snapshot/{seq:020}                   metadata snapshots
+//! meta/epoch/{epoch:020}                    control-plane writer epochs
+//! queue/{name}                              object-storage job queues
+//! ```
+//!
+//! Sequence numbers are zero-padded to 20 digits (`u64::MAX` has 20) so that lexicographic
+//! listing order equals numeric order.
+
+use object_store::path::Path;
+
+/// File extension of Weir data files.
+const WEIR_EXT: &str = "weir";
+
+/// Key of a fresh ingest file: `ingest/{yyyy-mm-dd-hh}/{file_id}.weir`, where the hour is the
+/// UTC hour of `unix_ms`.
+pub fn ingest_file(file_id: &str, unix_ms: i64) -> Path {
+    Path::from_iter([
+        "ingest".to_string(),
+        utc_hour_bucket(unix_ms),
+        format!("{file_id}.{WEIR_EXT}"),
+    ])
+}
+
+/// Prefix under which all ingest files live.
+pub fn ingest_prefix() -> Path {
+    Path::from("ingest")
+}
+
+/// Key of a compacted file: `compacted/{file_id}.weir`.
+pub fn compacted_file(file_id: &str) -> Path {
+    Path::from_iter(["compacted".to_string(), format!("{file_id}.{WEIR_EXT}")])
+}
+
+/// Prefix under which all compacted files live.
+pub fn compacted_prefix() -> Path {
+    Path::from("compacted")
+}
+
+/// Key of metadata log entry `seq`: `meta/log/{seq:020}`.
+pub fn meta_log(seq: u64) -> Path {
+    meta_log_prefix().join(format!("{seq:020}"))
+}
+
+/// Key of metadata snapshot taken at `seq`: `meta/snapshot/{seq:020}`.
+pub fn meta_snapshot(seq: u64) -> Path {
+    meta_snapshot_prefix().join(format!("{seq:020}"))
+}
+
+/// Key of control-plane writer epoch `epoch`: `meta/epoch/{epoch:020}`.
+pub fn meta_epoch(epoch: u64) -> Path {
+    meta_epoch_prefix().join(format!("{epoch:020}"))
+}
+
+/// Key of the job queue object `name`: `queue/{name}`.
+pub fn queue(name: &str) -> Path {
+    Path::from_iter(["queue", name])
+}
+
+/// Prefix of the metadata log: `meta/log`.
+pub fn meta_log_prefix() -> Path {
+    Path::from_iter(["meta", "log"])
+}
+
+/// Prefix of metadata snapshots: `meta/snapshot`.
+pub fn meta_snapshot_prefix() -> Path {
+    Path::from_iter(["meta", "snapshot"])
+}
+
+/// Prefix of writer epochs: `meta/epoch`.
+pub fn meta_epoch_prefix() -> Path {
+    Path::from_iter(["meta", "epoch"])
+}
+
+/// Parses the sequence number of a `meta/log`, `meta/snapshot` or `meta/epoch` key: the last
+/// segment must be exactly 20 ASCII digits.
+pub fn parse_seq_key(path: &Path) -> Option<u64> {
+    let last = path.filename()?;
+    if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    last.parse().ok()
+}
+
+/// The file id of an `ingest/…/{id}.weir` or `compacted/{id}.weir` key.
+pub fn parse_file_id(path: &Path) -> Option<&str> {
+    let mut parts = path.parts();
+    let expected_parts = match parts.next()?.as_ref() {
+        "ingest" => 3,
+        "compacted" => 2,
+        _ => return None,
+    };
+    if path.parts_count() != expected_parts {
+        return None;
+    }
+    path.filename()?
+        .strip_suffix(WEIR_EXT)?
+        .strip_suffix('.')
+        .filter(|id| !id.is_empty())
+}
+
+/// `yyyy-mm-dd-hh` of the UTC hour containing `unix_ms`.
+fn utc_hour_bucket(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let hour = secs.rem_euclid(86_400) / 3600;
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}-{hour:02}")
+}
+
+/// Proleptic Gregorian date of `days` since 1970-01-01 (H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11]
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32; // [1, 31]
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32; // [1, 12]
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_keys_ingest_epoch_zero() {
+        assert_eq!(
+            ingest_file("01ABC", 0).as_ref(),
+            "ingest/1970-01-01-00/01ABC.weir"
+        );
+    }
+
+    #[test]
+    fn test_keys_ingest_civil_dates() {
+        // 2024-02-29T23:59:59.999Z (leap day)
+        assert_eq!(
+            ingest_file("f", 1_709_251_199_999).as_ref(),
+            "ingest/2024-02-29-23/f.weir"
+        );
+        // one ms later: 2024-03-01T00:00:00Z
+        assert_eq!(
+            ingest_file("f", 1_709_251_200_000).as_ref(),
+            "ingest/2024-03-01-00/f.weir"
+        );
+        // 2000-12-31T13:00:00Z
+        assert_eq!(
+            ingest_file("f", 978_267_600_000).as_ref(),
+            "ingest/2000-12-31-13/f.weir"
+        );
+        // before the epoch: 1969-12-31T23:59:59.999Z
+        assert_eq!(ingest_file("f", -1).as_ref(), "ingest/1969-12-31-23/f.weir");
+    }
+
+    #[test]
+    fn test_keys_ingest_file_id_cannot_add_segments() {
+        let p = ingest_file("a/b", 0);
+        assert_eq!(p.parts_count(), 3);
+    }
+
+    #[test]
+    fn test_keys_meta_formats() {
+        assert_eq!(meta_log(42).as_ref(), "meta/log/00000000000000000042");
+        assert_eq!(
+            meta_snapshot(u64::MAX).as_ref(),
+            "meta/snapshot/18446744073709551615"
+        );
+        assert_eq!(meta_epoch(7).as_ref(), "meta/epoch/00000000000000000007");
+        assert_eq!(queue("compaction").as_ref(), "queue/compaction");
+        assert_eq!(compacted_file("x").as_ref(), "compacted/x.weir");
+        assert!(meta_log(1).prefix_matches(&meta_log_prefix()));
+        assert!(meta_snapshot(1).prefix_matches(&meta_snapshot_prefix()));
+        assert!(meta_epoch(1).prefix_matches(&meta_epoch_prefix()));
+        assert!(!meta_snapshot(1).prefix_matches(&meta_log_prefix()));
+        // lexicographic order equals numeric order
+        assert!(meta_log(9).as_ref() < meta_log(10).as_ref());
+    }
+
+    #[test]
+    fn test_keys_parse_seq_roundtrip() {
+        for seq in [0, 1, 42, u64::MAX] {
+            assert_eq!(parse_seq_key(&meta_log(seq)), Some(seq));
+            assert_eq!(parse_seq_key(&meta_snapshot(seq)), Some(seq));
+            assert_eq!(parse_seq_key(&meta_epoch(seq)), Some(seq));
+        }
+        assert_eq!(parse_seq_key(&Path::from("meta/log/42")), None);
+        assert_eq!(
+            parse_seq_key(&Path::from("meta/log/99999999999999999999")),
+            None
+        );
+        assert_eq!(
+            parse_seq_key(&Path::from("meta/log/0000000000000000004x")),
+            None
+        );
+        assert_eq!(parse_seq_key(&Path::default()), None);
+    }
+
+    #[test]
+    fn test_keys_parse_file_id() {
+        assert_eq!(parse_file_id(&ingest_file("01XYZ", 0)), Some("01XYZ"));
+        assert_eq!(parse_file_id(&compacted_file("01XYZ")), Some("01XYZ"));
+        assert_eq!(parse_file_id(&meta_log(1)), None);
+        assert_eq!(parse_file_id(&Path::from("ingest/x.weir")), None);
+        assert_eq!(parse_file_id(&Path::from("compacted/x.tmp")), None);
+    }
+}
