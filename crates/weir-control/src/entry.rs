@@ -54,6 +54,7 @@ pub struct BatchCommit {
     pub len: u32,
     /// Offsets the batch occupies (`lastOffsetDelta + 1`).
     pub offset_span: i32,
+    pub first_timestamp: i64,
     pub max_timestamp: i64,
     pub producer_id: i64,
     pub producer_epoch: i16,

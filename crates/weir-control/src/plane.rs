@@ -109,12 +109,23 @@ impl ControlPlane {
 
     /// Sequences `entry`, and returns its result once it is durable.
     pub async fn submit(&self, entry: Entry) -> Result<EntryResult, ControlError> {
+        self.enqueue(entry).await?.await
+    }
+
+    /// Queues `entry` behind everything enqueued before it and returns a future for its durable
+    /// result. Callers that must keep an order (the committer) enqueue in that order, then await
+    /// the results concurrently.
+    pub async fn enqueue(
+        &self,
+        entry: Entry,
+    ) -> Result<impl std::future::Future<Output = Result<EntryResult, ControlError>>, ControlError>
+    {
         let (reply, response) = oneshot::channel();
         self.commands
             .send(Command::Submit { entry, reply })
             .await
             .map_err(|_| ControlError::ShuttingDown)?;
-        response.await.map_err(|_| ControlError::ShuttingDown)?
+        Ok(async move { response.await.map_err(|_| ControlError::ShuttingDown)? })
     }
 
     /// Reads the current state. Never hold the closure across an await.

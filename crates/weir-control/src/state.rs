@@ -58,6 +58,7 @@ pub struct IndexEntry {
     pub file_id: FileId,
     pub byte_offset: u64,
     pub len: u32,
+    pub first_timestamp: i64,
     pub max_timestamp: i64,
 }
 
@@ -309,6 +310,7 @@ impl State {
             file_id,
             byte_offset: batch.byte_offset,
             len: batch.len,
+            first_timestamp: batch.first_timestamp,
             max_timestamp: batch.max_timestamp,
         });
         partition.high_watermark = last_offset + 1;

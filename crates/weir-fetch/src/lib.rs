@@ -1,1 +1,9 @@
+//! The fetch path: index lookup in the control-plane state, ranged reads (cache first; files this
+//! agent just uploaded are already cached), `baseOffset` / `partitionLeaderEpoch` rewrite.
+//!
+//! It never returns data at or above the stable high watermark, nor below the log start offset
+//! (FET-1). Long-polling lives with the caller, woken by [`weir_control::ControlPlane::subscribe`].
 
+mod reader;
+
+pub use reader::{FetchError, FetchReader, PartitionData, ReadPlan, LEADER_EPOCH};

@@ -1,1 +1,22 @@
+//! The produce path (DESIGN §1): tickets → [`batcher`] → [`uploader`] → [`committer`].
+//!
+//! * A connection turns each Produce request into a [`ProduceTicket`] and gets back a future
+//!   for its outcome; it does not wait before reading the next request (the Little's-law stage).
+//! * The batcher packs tickets from every connection into one open file, sealed on
+//!   `flush_interval` or `max_file_bytes`, and numbers sealed files 1, 2, 3… in seal order.
+//! * Uploads run concurrently (bounded) to a quorum of ingest buckets.
+//! * The committer commits files to the control plane strictly in seal order (ORD-2); a file
+//!   whose upload failed for good fails with every later file sealed before the failure was seen.
+//! * A ticket resolves only once its file is durable in a quorum and its commit is durable (DUR-1).
+//!
+//! This crate knows nothing of the wire protocol or of concrete storage backends.
 
+mod batcher;
+mod committer;
+mod pipeline;
+mod uploader;
+
+pub use pipeline::{
+    PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
+    ProduceTicket, TicketOutcome,
+};

@@ -8,6 +8,7 @@ pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const INVALID_FETCH_SIZE: i16 = 4;
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const REQUEST_TIMED_OUT: i16 = 7;
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const RECORD_LIST_TOO_LARGE: i16 = 18;

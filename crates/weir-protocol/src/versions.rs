@@ -8,15 +8,28 @@ pub struct SupportedApi {
     pub key: ApiKey,
     pub min: i16,
     pub max: i16,
+    /// The minimum advertised in ApiVersions, when it must differ from what is served.
+    pub advertised_min: i16,
 }
 
 /// Every API Weir serves. Produce stops at v12: v13 identifies topics by id only.
+///
+/// Produce is advertised from v0 although only v3+ is served, as Kafka 4.0 does (KAFKA-18659):
+/// librdkafka before 2.10 enables gzip and snappy only if the broker's Produce range includes
+/// v0. Those clients never send v0–v2 when v3+ is available; a v0–v2 request closes the
+/// connection.
 pub const SUPPORTED_APIS: &[SupportedApi] = &[
-    api(ApiKey::Produce, 3, 12),
+    SupportedApi {
+        key: ApiKey::Produce,
+        min: 3,
+        max: 12,
+        advertised_min: 0,
+    },
     api(ApiKey::Fetch, 4, 16),
     api(ApiKey::ListOffsets, 1, 8),
     api(ApiKey::Metadata, 0, 12),
     api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::FindCoordinator, 0, 5),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
@@ -27,7 +40,12 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
 ];
 
 const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
-    SupportedApi { key, min, max }
+    SupportedApi {
+        key,
+        min,
+        max,
+        advertised_min: min,
+    }
 }
 
 /// The supported range of `key`, if Weir serves it at all.
@@ -67,6 +85,7 @@ mod tests {
         check::<DescribeConfigsRequest>(ApiKey::DescribeConfigs);
         check::<CreatePartitionsRequest>(ApiKey::CreatePartitions);
         check::<DescribeClusterRequest>(ApiKey::DescribeCluster);
+        check::<FindCoordinatorRequest>(ApiKey::FindCoordinator);
     }
 
     #[test]

@@ -1,1 +1,76 @@
-fn main() {}
+//! The `weir` binary: `weir agent` runs a complete single-node Weir.
+
+mod agent;
+mod config;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "A Kafka-protocol broker on object storage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an agent: Kafka listener, produce and fetch paths, embedded control plane.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct AgentArgs {
+    /// Config file (defaults: config/weir.toml built in).
+    #[arg(long, env = "WEIR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Kafka listener address, e.g. 127.0.0.1:9092.
+    #[arg(long, env = "WEIR_LISTEN")]
+    listen: Option<String>,
+    /// Directory for the default local bucket.
+    #[arg(long, env = "WEIR_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Host advertised to clients.
+    #[arg(long)]
+    advertised_host: Option<String>,
+    /// Create unknown topics on Metadata requests.
+    #[arg(long)]
+    auto_create_topics: Option<bool>,
+    /// Partitions of auto-created topics.
+    #[arg(long)]
+    num_partitions: Option<i32>,
+    /// Longest a batch waits before its file is uploaded, e.g. 5ms.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    flush_interval: Option<std::time::Duration>,
+    /// Storage latency profile: local, s3-standard, s3-express, gcs-regional, gcs-rapid, azure-premium.
+    #[arg(long)]
+    storage_profile: Option<String>,
+    /// Requests one connection may have in flight (1 disables produce pipelining).
+    #[arg(long)]
+    max_inflight_per_connection: Option<usize>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+    match cli.command {
+        Command::Agent(args) => {
+            let config = agent::resolve_config(&args)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(agent::run(config))
+        }
+    }
+}

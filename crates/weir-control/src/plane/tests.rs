@@ -24,6 +24,7 @@ async fn commit_one(plane: &ControlPlane, topic_id: TopicId, file: u128) -> i64 
             byte_offset: 8,
             len: 90,
             offset_span: 10,
+            first_timestamp: 5,
             max_timestamp: 5,
             producer_id: -1,
             producer_epoch: -1,

@@ -1,0 +1,27 @@
+# Weir: `make run` starts a single-node agent on ./data; `make test` runs every test.
+CARGO_TARGET_DIR ?= /var/tmp/weir-target
+export CARGO_TARGET_DIR
+
+.PHONY: run build test test-unit test-e2e lint fmt
+
+run:
+	cargo run --release -p weir -- agent
+
+build:
+	cargo build -p weir
+
+test: test-unit test-e2e
+
+test-unit:
+	cargo nextest run --workspace --no-fail-fast
+
+test-e2e: build
+	tests/setup.sh
+	WEIR_BIN=$(CARGO_TARGET_DIR)/debug/weir .venv/bin/pytest tests/e2e
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all

@@ -1,0 +1,193 @@
+//! Public types of the produce path and the handle connections use.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use weir_common::{Clock, TopicId};
+use weir_control::{BatchOutcome, ControlError, ControlPlane};
+use weir_protocol::ValidatedBatch;
+use weir_storage::{QuorumWriter, ReadCache};
+
+use crate::batcher::Batcher;
+use crate::committer::Committer;
+
+/// Produce-path tuning. Each knob trades latency against object-store cost.
+#[derive(Debug, Clone)]
+pub struct ProduceSettings {
+    /// Longest a batch waits in the open file. Lower: lower latency, more PUTs per GiB.
+    pub flush_interval: Duration,
+    /// A file seals once it holds this many bytes. Higher: fewer PUTs, more memory in flight.
+    pub max_file_bytes: usize,
+    /// Files uploading at once. Bounds memory and hides per-PUT latency.
+    pub max_inflight_uploads: usize,
+    /// Upload attempts per file before the file fails.
+    pub upload_attempts: u32,
+    /// Tickets queued in front of the batcher before connections feel back-pressure.
+    pub queue_depth: usize,
+}
+
+impl Default for ProduceSettings {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(5),
+            max_file_bytes: 8 * 1024 * 1024,
+            max_inflight_uploads: 8,
+            upload_attempts: 3,
+            queue_depth: 1024,
+        }
+    }
+}
+
+/// The validated batches of one partition in a produce request.
+#[derive(Debug, Clone)]
+pub struct PartitionBatches {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub batches: Vec<ValidatedBatch>,
+}
+
+/// One produce request's worth of batches, appended to a single file as a unit.
+#[derive(Debug, Clone, Default)]
+pub struct ProduceTicket {
+    pub partitions: Vec<PartitionBatches>,
+}
+
+impl ProduceTicket {
+    pub fn byte_len(&self) -> usize {
+        self.partitions
+            .iter()
+            .flat_map(|p| &p.batches)
+            .map(|b| b.bytes.len())
+            .sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProduceError {
+    #[error("upload failed: {0}")]
+    Storage(String),
+    #[error("an earlier file of this agent failed, so this one was not committed")]
+    EarlierFileFailed,
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("the produce pipeline is shutting down")]
+    ShuttingDown,
+}
+
+/// Per-partition outcome, in the order of [`ProduceTicket::partitions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionOutcome {
+    /// Base offset of the partition's first batch (original offset for an idempotent retry).
+    Committed {
+        base_offset: i64,
+        log_start_offset: i64,
+    },
+    Failed(ProduceError),
+}
+
+pub type TicketOutcome = Vec<PartitionOutcome>;
+
+pub(crate) struct QueuedTicket {
+    pub(crate) ticket: ProduceTicket,
+    pub(crate) reply: oneshot::Sender<TicketOutcome>,
+}
+
+/// Handle to the agent's produce pipeline; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ProducePipeline {
+    tickets: mpsc::Sender<QueuedTicket>,
+}
+
+impl std::fmt::Debug for QueuedTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QueuedTicket({} partitions)",
+            self.ticket.partitions.len()
+        )
+    }
+}
+
+impl ProducePipeline {
+    /// Starts the batcher, uploader and committer tasks.
+    pub fn start(
+        settings: ProduceSettings,
+        writer: Arc<QuorumWriter>,
+        control: ControlPlane,
+        cache: Arc<ReadCache>,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+    ) -> Self {
+        let (tickets_tx, tickets_rx) = mpsc::channel(settings.queue_depth.max(1));
+        let sealed_count = Arc::new(AtomicU64::new(0));
+        let (committer, uploads_tx) = Committer::new(control, sealed_count.clone());
+        tokio::spawn(committer.run());
+        let batcher = Batcher::new(
+            settings,
+            writer,
+            cache,
+            clock,
+            seed,
+            sealed_count,
+            uploads_tx,
+        );
+        tokio::spawn(batcher.run(tickets_rx));
+        Self {
+            tickets: tickets_tx,
+        }
+    }
+
+    /// Queues a ticket (waiting if the pipeline is full) and returns a future for its outcome.
+    /// Tickets queued from one task keep their order into files and hence into offsets.
+    pub async fn submit(
+        &self,
+        ticket: ProduceTicket,
+    ) -> impl std::future::Future<Output = TicketOutcome> {
+        let partitions = ticket.partitions.len();
+        let (reply, outcome) = oneshot::channel();
+        let sent = self
+            .tickets
+            .send(QueuedTicket { ticket, reply })
+            .await
+            .is_ok();
+        async move {
+            if !sent {
+                return vec![PartitionOutcome::Failed(ProduceError::ShuttingDown); partitions];
+            }
+            outcome.await.unwrap_or_else(|_| {
+                vec![PartitionOutcome::Failed(ProduceError::ShuttingDown); partitions]
+            })
+        }
+    }
+}
+
+/// Folds the per-batch outcomes of one partition into the partition's outcome.
+pub(crate) fn partition_outcome(outcomes: &[BatchOutcome]) -> PartitionOutcome {
+    let mut first: Option<(i64, i64)> = None;
+    for outcome in outcomes {
+        match outcome {
+            BatchOutcome::Appended {
+                base_offset,
+                log_start_offset,
+            }
+            | BatchOutcome::Duplicate {
+                base_offset,
+                log_start_offset,
+            } => {
+                first.get_or_insert((*base_offset, *log_start_offset));
+            }
+            BatchOutcome::Rejected(error) => {
+                return PartitionOutcome::Failed(ProduceError::Control(error.clone()))
+            }
+        }
+    }
+    match first {
+        Some((base_offset, log_start_offset)) => PartitionOutcome::Committed {
+            base_offset,
+            log_start_offset,
+        },
+        None => PartitionOutcome::Failed(ProduceError::Storage("empty partition".into())),
+    }
+}

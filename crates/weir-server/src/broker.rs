@@ -1,0 +1,96 @@
+//! Settings and shared components of one agent.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use weir_common::Clock;
+use weir_control::ControlPlane;
+use weir_fetch::FetchReader;
+use weir_produce::ProducePipeline;
+
+/// Kafka-facing settings of an agent.
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    pub node_id: i32,
+    /// Host and port clients are told to connect to (Metadata, DescribeCluster).
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub rack: Option<String>,
+    pub auto_create_topics: bool,
+    pub default_partitions: i32,
+    /// Largest request frame accepted; checked before any allocation.
+    pub max_frame_bytes: usize,
+    pub max_connections: usize,
+    /// Requests one connection may have in flight before the agent stops reading from it.
+    pub max_inflight_per_connection: usize,
+    /// Request bytes held across all connections; readers wait when it is exhausted.
+    pub max_inflight_request_bytes: usize,
+    /// Upper bound on one fetch response, whatever the client asks for.
+    pub max_fetch_bytes: usize,
+    /// Upper bound on fetch long-poll time.
+    pub max_fetch_wait: Duration,
+}
+
+impl Default for BrokerSettings {
+    fn default() -> Self {
+        Self {
+            node_id: 1,
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+            rack: None,
+            auto_create_topics: true,
+            default_partitions: 1,
+            max_frame_bytes: 100 * 1024 * 1024,
+            max_connections: 10_000,
+            max_inflight_per_connection: 64,
+            max_inflight_request_bytes: 512 * 1024 * 1024,
+            max_fetch_bytes: 64 * 1024 * 1024,
+            max_fetch_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Everything a connection needs; shared by all connections of the agent.
+#[derive(Debug)]
+pub struct Broker {
+    pub settings: BrokerSettings,
+    pub control: ControlPlane,
+    pub produce: ProducePipeline,
+    pub fetch: FetchReader,
+    pub clock: Arc<dyn Clock>,
+    pub(crate) memory: Arc<Semaphore>,
+    seeds: AtomicU64,
+}
+
+impl Broker {
+    pub fn new(
+        settings: BrokerSettings,
+        control: ControlPlane,
+        produce: ProducePipeline,
+        fetch: FetchReader,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+    ) -> Self {
+        let permits = settings
+            .max_inflight_request_bytes
+            .clamp(settings.max_frame_bytes, Semaphore::MAX_PERMITS);
+        Self {
+            memory: Arc::new(Semaphore::new(permits)),
+            settings,
+            control,
+            produce,
+            fetch,
+            clock,
+            seeds: AtomicU64::new(seed),
+        }
+    }
+
+    /// A fresh seed for ids chosen by this agent (topic ids).
+    pub(crate) fn next_seed(&self) -> u64 {
+        self.seeds
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(self.clock.now_ms() as u64)
+    }
+}

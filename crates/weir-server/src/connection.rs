@@ -1,0 +1,113 @@
+//! One client connection: a reader that decodes and dispatches requests in order, and a writer
+//! that sends responses strictly in request order (ORD-3).
+//!
+//! The reader never waits for a response before reading the next request, so a connection can
+//! have up to `max_inflight_per_connection` requests in flight (produce pipelining). Each request
+//! holds memory permits for its frame size until its response is built.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+use weir_protocol::frame::{read_frame_body, read_frame_len, FrameError};
+
+use crate::broker::Broker;
+use crate::dispatch::{dispatch, Dispatched};
+
+/// A response slot: `None` when the request gets no response (acks=0).
+type ResponseSlot = JoinHandle<Option<Bytes>>;
+
+pub(crate) async fn serve(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) {
+    debug!(%peer, "connection opened");
+    let (reader, mut writer) = stream.into_split();
+    let (slots_tx, mut slots_rx) =
+        mpsc::channel::<ResponseSlot>(broker.settings.max_inflight_per_connection.max(1));
+    let reading = tokio::spawn(read_requests(broker, reader, peer, slots_tx, shutdown));
+    while let Some(slot) = slots_rx.recv().await {
+        let response = match slot.await {
+            Ok(response) => response,
+            Err(err) => {
+                warn!(%peer, error = %err, "request handler failed, closing connection");
+                break;
+            }
+        };
+        if let Some(bytes) = response {
+            if let Err(err) = writer.write_all(&bytes).await {
+                debug!(%peer, error = %err, "write failed, closing connection");
+                break;
+            }
+        }
+    }
+    reading.abort();
+    let _ = writer.shutdown().await;
+    debug!(%peer, "connection closed");
+}
+
+async fn read_requests(
+    broker: Arc<Broker>,
+    mut reader: OwnedReadHalf,
+    peer: SocketAddr,
+    slots: mpsc::Sender<ResponseSlot>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let frame = tokio::select! {
+            _ = shutdown.changed() => return,
+            frame = read_one(&broker, &mut reader) => frame,
+        };
+        let (frame, permit) = match frame {
+            Ok(Some(pair)) => pair,
+            Ok(None) => return,
+            Err(err) => {
+                warn!(%peer, error = %err, "bad frame, closing connection");
+                return;
+            }
+        };
+        match dispatch(&broker, frame).await {
+            Dispatched::Respond(work) => {
+                let handle = tokio::spawn(async move {
+                    let response = work.await;
+                    drop(permit);
+                    response
+                });
+                if slots.send(handle).await.is_err() {
+                    return;
+                }
+            }
+            Dispatched::Close(reason) => {
+                warn!(%peer, %reason, "closing connection");
+                return;
+            }
+        }
+    }
+}
+
+/// Reads one frame once memory permits for its declared size are available.
+async fn read_one(
+    broker: &Broker,
+    reader: &mut OwnedReadHalf,
+) -> Result<Option<(Bytes, tokio::sync::OwnedSemaphorePermit)>, FrameError> {
+    let Some(len) = read_frame_len(reader, broker.settings.max_frame_bytes).await? else {
+        return Ok(None);
+    };
+    let permits = u32::try_from(len).unwrap_or(u32::MAX);
+    let permit = broker
+        .memory
+        .clone()
+        .acquire_many_owned(permits)
+        .await
+        .map_err(|_| FrameError::Truncated)?;
+    let body = read_frame_body(reader, len).await?;
+    Ok(Some((body, permit)))
+}

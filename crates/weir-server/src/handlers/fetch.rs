@@ -1,0 +1,176 @@
+//! Fetch v4–v16 with long-poll: answer as soon as `min_bytes` are available or `max_wait_ms`
+//! passes, woken by durable commits. Weir hands out no fetch sessions (session id 0), so every
+//! fetch is a full fetch, which KIP-227 allows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use tokio::time::Instant;
+use uuid::Uuid;
+use weir_common::TopicId;
+use weir_fetch::FetchError;
+use weir_protocol::error_code;
+
+use super::{topic_id, topic_name};
+use crate::broker::Broker;
+use crate::dispatch::RequestContext;
+
+/// Error for an incremental fetch session we never created.
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+
+struct Wanted {
+    name: String,
+    id: Uuid,
+    /// `None` when the topic is unknown.
+    resolved: Option<TopicId>,
+    partitions: Vec<(i32, i64, usize)>,
+}
+
+pub(crate) async fn handle(
+    broker: Arc<Broker>,
+    context: RequestContext,
+    request: FetchRequest,
+) -> Option<Bytes> {
+    if request.session_id != 0 {
+        let response = FetchResponse::default().with_error_code(FETCH_SESSION_ID_NOT_FOUND);
+        return context.encode(&response);
+    }
+    let wanted = resolve(&broker, context.version, &request);
+    let max_bytes = usize::try_from(request.max_bytes.max(0))
+        .unwrap_or(0)
+        .min(broker.settings.max_fetch_bytes);
+    let min_bytes = usize::try_from(request.min_bytes.max(0)).unwrap_or(0);
+    let wait = Duration::from_millis(request.max_wait_ms.max(0) as u64)
+        .min(broker.settings.max_fetch_wait);
+    let deadline = Instant::now() + wait;
+    let mut commits = broker.control.subscribe();
+    loop {
+        commits.borrow_and_update();
+        let (topics, bytes, errors) = read_all(&broker, &wanted, max_bytes, context.version).await;
+        if bytes >= min_bytes.max(1) || errors || Instant::now() >= deadline {
+            return context.encode(&FetchResponse::default().with_responses(topics));
+        }
+        // Wait for a durable commit (or the deadline), then read again.
+        if tokio::time::timeout_at(deadline, commits.changed())
+            .await
+            .is_err()
+        {
+            let (topics, _, _) = read_all(&broker, &wanted, max_bytes, context.version).await;
+            return context.encode(&FetchResponse::default().with_responses(topics));
+        }
+    }
+}
+
+fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted> {
+    broker.control.read(|state| {
+        request
+            .topics
+            .iter()
+            .map(|topic| {
+                let found = if version >= 13 {
+                    state.topic_by_id(&topic_id(topic.topic_id))
+                } else {
+                    state.topic(&topic.topic)
+                };
+                Wanted {
+                    name: topic.topic.0.to_string(),
+                    id: topic.topic_id,
+                    resolved: found.map(|t| t.id),
+                    partitions: topic
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            (
+                                p.partition,
+                                p.fetch_offset,
+                                usize::try_from(p.partition_max_bytes.max(0)).unwrap_or(0),
+                            )
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    })
+}
+
+/// Reads every wanted partition within the byte budgets. Returns the topics, the record bytes
+/// gathered, and whether any partition has an error (which ends long-polling, as in Kafka).
+async fn read_all(
+    broker: &Broker,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    version: i16,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let mut remaining = max_bytes;
+    let mut total = 0usize;
+    let mut any_error = false;
+    let mut topics = Vec::with_capacity(wanted.len());
+    for topic in wanted {
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for (partition, offset, partition_max) in &topic.partitions {
+            let base = PartitionData::default()
+                .with_partition_index(*partition)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1)
+                .with_high_watermark(-1)
+                .with_preferred_read_replica(BrokerId(-1));
+            let Some(resolved) = topic.resolved else {
+                any_error = true;
+                let code = if version >= 13 {
+                    error_code::UNKNOWN_TOPIC_ID
+                } else {
+                    error_code::UNKNOWN_TOPIC_OR_PARTITION
+                };
+                partitions.push(base.with_error_code(code).with_records(Some(Bytes::new())));
+                continue;
+            };
+            let budget = (*partition_max).min(remaining);
+            let read = match broker
+                .fetch
+                .plan(&resolved, *partition, *offset, budget, total == 0)
+            {
+                Ok(plan) => broker.fetch.read(plan).await,
+                Err(err) => Err(err),
+            };
+            let data = match read {
+                Ok(data) => {
+                    total += data.records.len();
+                    remaining = remaining.saturating_sub(data.records.len());
+                    base.with_high_watermark(data.high_watermark)
+                        .with_last_stable_offset(data.high_watermark)
+                        .with_log_start_offset(data.log_start_offset)
+                        .with_records(Some(data.records))
+                }
+                Err(err) => {
+                    any_error = true;
+                    base.with_error_code(fetch_error_code(&err))
+                        .with_records(Some(Bytes::new()))
+                }
+            };
+            partitions.push(data);
+        }
+        if version < 5 {
+            for partition in &mut partitions {
+                partition.log_start_offset = -1;
+            }
+        }
+        let response = FetchableTopicResponse::default().with_partitions(partitions);
+        topics.push(if version >= 13 {
+            response.with_topic_id(topic.id)
+        } else {
+            response.with_topic(topic_name(&topic.name))
+        });
+    }
+    (topics, total, any_error)
+}
+
+fn fetch_error_code(error: &FetchError) -> i16 {
+    match error {
+        FetchError::UnknownTopicOrPartition => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+        FetchError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
+        FetchError::Storage(_) => error_code::KAFKA_STORAGE_ERROR,
+    }
+}

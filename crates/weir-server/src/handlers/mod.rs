@@ -1,0 +1,49 @@
+//! One module per API family. Each handler maps internal errors to Kafka error codes at the edge.
+
+pub(crate) mod admin;
+pub(crate) mod api_versions;
+pub(crate) mod configs;
+pub(crate) mod coordinator;
+pub(crate) mod fetch;
+pub(crate) mod metadata;
+pub(crate) mod offsets;
+pub(crate) mod produce;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+use weir_common::TopicId;
+use weir_control::ControlError;
+use weir_protocol::error_code;
+
+pub(crate) fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+pub(crate) fn text(value: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(value.into())
+}
+
+pub(crate) fn uuid(id: TopicId) -> Uuid {
+    Uuid::from_bytes(id.0)
+}
+
+pub(crate) fn topic_id(id: Uuid) -> TopicId {
+    TopicId(*id.as_bytes())
+}
+
+/// The one mapping from control-plane errors to Kafka error codes.
+pub(crate) fn control_error_code(error: &ControlError) -> i16 {
+    match error {
+        ControlError::UnknownTopicOrPartition(_) => error_code::UNKNOWN_TOPIC_OR_PARTITION,
+        ControlError::TopicAlreadyExists(_) => error_code::TOPIC_ALREADY_EXISTS,
+        ControlError::InvalidTopic(_) => error_code::INVALID_TOPIC_EXCEPTION,
+        ControlError::InvalidPartitions(_) => error_code::INVALID_PARTITIONS,
+        ControlError::InvalidConfig(_) => error_code::INVALID_CONFIG,
+        ControlError::OutOfOrderSequence { .. } => error_code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ControlError::InvalidProducerEpoch { .. } => error_code::INVALID_PRODUCER_EPOCH,
+        ControlError::UnknownProducerId(_) => error_code::UNKNOWN_PRODUCER_ID,
+        ControlError::Unavailable(_) => error_code::REQUEST_TIMED_OUT,
+        ControlError::ShuttingDown => error_code::NOT_LEADER_OR_FOLLOWER,
+    }
+}

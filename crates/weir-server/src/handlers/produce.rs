@@ -1,0 +1,219 @@
+//! Produce v3–v12: validate every batch header and CRC, build one ticket per request, queue it
+//! in order (the reader does not wait for durability), answer once the ticket is committed.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use weir_control::configs::{effective, DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES};
+use weir_produce::{PartitionBatches, PartitionOutcome, ProduceError, ProduceTicket};
+use weir_protocol::batch::split_and_validate;
+use weir_protocol::{error_code, BatchError, ValidatedBatch};
+
+use super::{control_error_code, text, topic_name};
+use crate::broker::Broker;
+use crate::dispatch::{ready, Dispatched, RequestContext};
+
+/// Where each partition's answer comes from: decided now (an error) or from the ticket.
+enum Slot {
+    Error(i16, String),
+    Ticket(usize),
+}
+
+struct PartitionSlot {
+    topic: usize,
+    index: i32,
+    slot: Slot,
+}
+
+pub(crate) async fn handle(
+    broker: Arc<Broker>,
+    context: RequestContext,
+    request: ProduceRequest,
+) -> Dispatched {
+    let acks = request.acks;
+    let topics: Vec<String> = request
+        .topic_data
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .collect();
+    let mut slots = Vec::new();
+    let mut ticket = ProduceTicket::default();
+    let request_error = if request.transactional_id.is_some() {
+        Some((
+            error_code::INVALID_REQUEST,
+            "transactions are not supported yet".to_string(),
+        ))
+    } else if !matches!(acks, -1..=1) {
+        Some((
+            error_code::INVALID_REQUIRED_ACKS,
+            format!("acks={acks} is not -1, 0 or 1"),
+        ))
+    } else {
+        None
+    };
+    for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
+        let name = topic.name.0.to_string();
+        let found = broker.control.read(|s| {
+            s.topic(&name).map(|t| {
+                let limit = effective(&t.configs, MAX_MESSAGE_BYTES)
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES as usize);
+                (t.id, t.partitions.len() as i32, limit)
+            })
+        });
+        for partition in topic.partition_data {
+            let slot = match (&request_error, found) {
+                (Some((code, message)), _) => Slot::Error(*code, message.clone()),
+                (None, None) => Slot::Error(
+                    error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("unknown topic {name}"),
+                ),
+                (None, Some((_, count, _))) if partition.index < 0 || partition.index >= count => {
+                    Slot::Error(
+                        error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("{name} has {count} partitions"),
+                    )
+                }
+                (None, Some((topic_id, _, max_message_bytes))) => {
+                    match validate(partition.records.as_ref(), max_message_bytes) {
+                        Ok(batches) => {
+                            ticket.partitions.push(PartitionBatches {
+                                topic_id,
+                                partition: partition.index,
+                                batches,
+                            });
+                            Slot::Ticket(ticket.partitions.len() - 1)
+                        }
+                        Err((code, message)) => Slot::Error(code, message),
+                    }
+                }
+            };
+            slots.push(PartitionSlot {
+                topic: topic_index,
+                index: partition.index,
+                slot,
+            });
+        }
+    }
+    let has_ticket = !ticket.partitions.is_empty();
+    let outcome = if has_ticket {
+        Some(broker.produce.submit(ticket).await)
+    } else {
+        None
+    };
+    if !has_ticket && acks == 0 {
+        return ready(None);
+    }
+    Dispatched::Respond(Box::pin(async move {
+        let outcomes = match outcome {
+            Some(pending) => pending.await,
+            None => Vec::new(),
+        };
+        if acks == 0 {
+            return None;
+        }
+        context.encode(&build_response(&topics, slots, &outcomes, context.version))
+    }))
+}
+
+fn validate(
+    records: Option<&Bytes>,
+    max_message_bytes: usize,
+) -> Result<Vec<ValidatedBatch>, (i16, String)> {
+    let Some(records) = records else {
+        return Err((error_code::INVALID_RECORD, "null record set".into()));
+    };
+    let batches =
+        split_and_validate(records).map_err(|err| (batch_error_code(&err), err.to_string()))?;
+    for batch in &batches {
+        if batch.bytes.len() > max_message_bytes {
+            return Err((
+                error_code::MESSAGE_TOO_LARGE,
+                format!(
+                    "batch of {} bytes exceeds max.message.bytes {max_message_bytes}",
+                    batch.bytes.len()
+                ),
+            ));
+        }
+        if batch.header.is_transactional() || batch.header.is_control() {
+            return Err((
+                error_code::INVALID_RECORD,
+                "transactional batches are not supported yet".into(),
+            ));
+        }
+    }
+    Ok(batches)
+}
+
+fn batch_error_code(error: &BatchError) -> i16 {
+    match error {
+        BatchError::BadCompression(_) => error_code::UNSUPPORTED_COMPRESSION_TYPE,
+        BatchError::BadCount { .. } | BatchError::Empty => error_code::INVALID_RECORD,
+        BatchError::TruncatedHeader { .. }
+        | BatchError::TruncatedBatch { .. }
+        | BatchError::BadLength(_)
+        | BatchError::BadMagic(_)
+        | BatchError::CrcMismatch { .. } => error_code::CORRUPT_MESSAGE,
+    }
+}
+
+fn produce_error_code(error: &ProduceError) -> i16 {
+    match error {
+        ProduceError::Storage(_) | ProduceError::EarlierFileFailed => {
+            error_code::KAFKA_STORAGE_ERROR
+        }
+        ProduceError::Control(control) => control_error_code(control),
+        ProduceError::ShuttingDown => error_code::NOT_LEADER_OR_FOLLOWER,
+    }
+}
+
+fn build_response(
+    topics: &[String],
+    slots: Vec<PartitionSlot>,
+    outcomes: &[PartitionOutcome],
+    version: i16,
+) -> ProduceResponse {
+    let mut responses: Vec<TopicProduceResponse> = topics
+        .iter()
+        .map(|name| TopicProduceResponse::default().with_name(topic_name(name)))
+        .collect();
+    for PartitionSlot { topic, index, slot } in slots {
+        let base = PartitionProduceResponse::default()
+            .with_index(index)
+            .with_log_append_time_ms(-1);
+        let partition = match slot {
+            Slot::Error(code, message) => base
+                .with_error_code(code)
+                .with_base_offset(-1)
+                .with_log_start_offset(-1)
+                .with_error_message(Some(text(message))),
+            Slot::Ticket(position) => match outcomes.get(position) {
+                Some(PartitionOutcome::Committed {
+                    base_offset,
+                    log_start_offset,
+                }) => base
+                    .with_base_offset(*base_offset)
+                    .with_log_start_offset(*log_start_offset),
+                Some(PartitionOutcome::Failed(error)) => base
+                    .with_error_code(produce_error_code(error))
+                    .with_base_offset(-1)
+                    .with_log_start_offset(-1)
+                    .with_error_message(Some(text(error.to_string()))),
+                None => base
+                    .with_error_code(error_code::UNKNOWN_SERVER_ERROR)
+                    .with_base_offset(-1),
+            },
+        };
+        let mut partition = partition;
+        if version < 5 {
+            partition.log_start_offset = -1;
+        }
+        if version < 8 {
+            partition.error_message = None;
+        }
+        responses[topic].partition_responses.push(partition);
+    }
+    ProduceResponse::default().with_responses(responses)
+}

@@ -1,0 +1,179 @@
+//! Wires one agent: buckets, control plane, produce pipeline, fetch reader, Kafka listener.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use object_store::ObjectStore;
+use tokio::sync::watch;
+use tracing::info;
+use weir_common::{Clock, SystemClock};
+use weir_control::{ControlPlane, ControlPlaneSettings};
+use weir_fetch::FetchReader;
+use weir_produce::{ProducePipeline, ProduceSettings};
+use weir_server::{Broker, BrokerSettings, Server};
+use weir_storage::{maybe_wrap, open_store, QuorumWriter, ReadCache};
+
+use crate::config::Config;
+use crate::AgentArgs;
+
+/// Config file, then environment, then flags.
+pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
+    let mut config = Config::load(args.config.as_deref(), std::env::vars())?;
+    if let Some(listen) = &args.listen {
+        config.agent.listen = listen.clone();
+    }
+    if let Some(dir) = &args.data_dir {
+        config.agent.data_dir = dir.clone();
+    }
+    if let Some(host) = &args.advertised_host {
+        config.agent.advertised_host = host.clone();
+    }
+    if let Some(auto_create) = args.auto_create_topics {
+        config.kafka.auto_create_topics = auto_create;
+    }
+    if let Some(partitions) = args.num_partitions {
+        anyhow::ensure!(partitions >= 1, "--num-partitions must be at least 1");
+        config.kafka.num_partitions = partitions;
+    }
+    if let Some(interval) = args.flush_interval {
+        config.produce.flush_interval = interval;
+    }
+    if let Some(profile) = &args.storage_profile {
+        anyhow::ensure!(
+            weir_storage::LatencyProfile::named(profile).is_some(),
+            "unknown storage profile {profile:?}; known: {}",
+            weir_storage::PROFILE_NAMES.join(", ")
+        );
+        config.storage.profile = profile.clone();
+    }
+    if let Some(inflight) = args.max_inflight_per_connection {
+        anyhow::ensure!(
+            inflight >= 1,
+            "--max-inflight-per-connection must be at least 1"
+        );
+        config.kafka.max_inflight_per_connection = inflight;
+    }
+    Ok(config)
+}
+
+fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn ObjectStore>>> {
+    let urls = if config.storage.ingest_buckets.is_empty() {
+        std::fs::create_dir_all(&config.agent.data_dir)
+            .with_context(|| format!("creating data dir {}", config.agent.data_dir.display()))?;
+        let dir = std::fs::canonicalize(&config.agent.data_dir)?;
+        vec![format!("file://{}/bucket", dir.display())]
+    } else {
+        config.storage.ingest_buckets.clone()
+    };
+    urls.iter()
+        .enumerate()
+        .map(|(index, url)| {
+            let store = open_store(url).with_context(|| format!("opening bucket {url}"))?;
+            let wrapped = maybe_wrap(
+                store,
+                &config.storage.profile,
+                seed.wrapping_add(index as u64),
+            )?;
+            Ok(wrapped)
+        })
+        .collect()
+}
+
+pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let seed = (clock.now_ms() as u64) ^ u64::from(std::process::id()).rotate_left(32);
+    let buckets = open_buckets(&config, seed)?;
+    let listener = tokio::net::TcpListener::bind(&config.agent.listen)
+        .await
+        .with_context(|| format!("binding {}", config.agent.listen))?;
+    let local = listener.local_addr()?;
+    drop(listener);
+    let advertised_host = if !config.agent.advertised_host.is_empty() {
+        config.agent.advertised_host.clone()
+    } else if local.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        local.ip().to_string()
+    };
+    let control = ControlPlane::open(
+        buckets[0].clone(),
+        ControlPlaneSettings {
+            max_inflight_writes: config.control.max_inflight_writes.max(1),
+            snapshot_every_slots: config.control.snapshot_every_slots.max(1),
+            address: format!("{advertised_host}:{}", local.port()),
+            ..ControlPlaneSettings::default()
+        },
+        seed,
+    )
+    .await
+    .context("recovering the control plane")?;
+    let writer = Arc::new(QuorumWriter::new(buckets, config.storage.quorum)?);
+    let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
+    let produce = ProducePipeline::start(
+        ProduceSettings {
+            flush_interval: config.produce.flush_interval,
+            max_file_bytes: config.produce.max_file_bytes,
+            max_inflight_uploads: config.produce.max_inflight_uploads.max(1),
+            upload_attempts: config.produce.upload_attempts.max(1),
+            ..ProduceSettings::default()
+        },
+        writer.clone(),
+        control.clone(),
+        cache.clone(),
+        clock.clone(),
+        seed,
+    );
+    let fetch = FetchReader::new(control.clone(), writer, cache);
+    let settings = BrokerSettings {
+        node_id: config.agent.node_id,
+        advertised_host,
+        advertised_port: i32::from(local.port()),
+        rack: (!config.agent.rack.is_empty()).then(|| config.agent.rack.clone()),
+        auto_create_topics: config.kafka.auto_create_topics,
+        default_partitions: config.kafka.num_partitions,
+        max_frame_bytes: config.kafka.max_frame_bytes,
+        max_connections: config.kafka.max_connections,
+        max_inflight_per_connection: config.kafka.max_inflight_per_connection,
+        max_inflight_request_bytes: config.kafka.max_inflight_request_bytes,
+        max_fetch_bytes: config.kafka.max_fetch_bytes,
+        max_fetch_wait: config.kafka.max_fetch_wait,
+    };
+    let broker = Arc::new(Broker::new(
+        settings,
+        control.clone(),
+        produce,
+        fetch,
+        clock,
+        seed,
+    ));
+    let server = Server::bind(&local.to_string(), broker).await?;
+    info!(
+        listen = %server.local_addr()?,
+        data_dir = %config.agent.data_dir.display(),
+        profile = %config.storage.profile,
+        "weir agent listening"
+    );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let serving = tokio::spawn(server.run(stop_rx));
+    wait_for_signal().await;
+    info!("shutting down: draining connections");
+    let _ = stop_tx.send(true);
+    let _ = serving.await;
+    control.shutdown().await;
+    info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match terminate.as_mut() {
+                Some(signal) => { signal.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}

@@ -1,0 +1,243 @@
+//! Agent configuration: `config/weir.toml` defaults, overridden by `WEIR_<SECTION>_<KEY>`
+//! environment variables, overridden by command-line flags.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+/// The config file shipped in the repository; also the documentation of every key.
+pub(crate) const DEFAULT_CONFIG: &str = include_str!("../../../config/weir.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    pub(crate) agent: AgentConfig,
+    pub(crate) kafka: KafkaConfig,
+    pub(crate) storage: StorageConfig,
+    pub(crate) produce: ProduceConfig,
+    pub(crate) control: ControlConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentConfig {
+    pub(crate) listen: String,
+    pub(crate) advertised_host: String,
+    pub(crate) node_id: i32,
+    pub(crate) rack: String,
+    pub(crate) data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KafkaConfig {
+    pub(crate) auto_create_topics: bool,
+    pub(crate) num_partitions: i32,
+    pub(crate) max_frame_bytes: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) max_inflight_per_connection: usize,
+    pub(crate) max_inflight_request_bytes: usize,
+    pub(crate) max_fetch_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub(crate) max_fetch_wait: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StorageConfig {
+    pub(crate) ingest_buckets: Vec<String>,
+    pub(crate) quorum: usize,
+    pub(crate) profile: String,
+    pub(crate) cache_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProduceConfig {
+    #[serde(with = "humantime_serde")]
+    pub(crate) flush_interval: Duration,
+    pub(crate) max_file_bytes: usize,
+    pub(crate) max_inflight_uploads: usize,
+    pub(crate) upload_attempts: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ControlConfig {
+    pub(crate) max_inflight_writes: usize,
+    pub(crate) snapshot_every_slots: u64,
+}
+
+impl Config {
+    /// Loads the defaults, then `path` (if given) over them, then `WEIR_*` variables from `env`.
+    pub(crate) fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> anyhow::Result<Self> {
+        let mut merged: toml::Table = DEFAULT_CONFIG.parse().context("built-in config")?;
+        if let Some(path) = path {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config {}", path.display()))?;
+            let file: toml::Table = text
+                .parse()
+                .with_context(|| format!("parsing config {}", path.display()))?;
+            merge(&mut merged, file)?;
+        }
+        apply_env(&mut merged, env)?;
+        let config: Config = toml::Value::Table(merged)
+            .try_into()
+            .context("invalid configuration")?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.storage.quorum == 0 {
+            bail!("storage.quorum must be at least 1");
+        }
+        if !self.storage.ingest_buckets.is_empty()
+            && self.storage.quorum > self.storage.ingest_buckets.len()
+        {
+            bail!(
+                "storage.quorum {} exceeds the {} ingest buckets",
+                self.storage.quorum,
+                self.storage.ingest_buckets.len()
+            );
+        }
+        if self.kafka.num_partitions < 1 {
+            bail!("kafka.num_partitions must be at least 1");
+        }
+        if self.kafka.max_frame_bytes < 1024 || self.kafka.max_frame_bytes > i32::MAX as usize {
+            bail!("kafka.max_frame_bytes must be between 1 KiB and 2 GiB");
+        }
+        if weir_storage::LatencyProfile::named(&self.storage.profile).is_none() {
+            bail!(
+                "unknown storage.profile {:?}; known: {}",
+                self.storage.profile,
+                weir_storage::PROFILE_NAMES.join(", ")
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Overlays `over` onto `base`, key by key; unknown sections or keys are errors.
+fn merge(base: &mut toml::Table, over: toml::Table) -> anyhow::Result<()> {
+    for (section, value) in over {
+        let Some(toml::Value::Table(target)) = base.get_mut(&section) else {
+            bail!("unknown config section [{section}]");
+        };
+        let toml::Value::Table(values) = value else {
+            bail!("config section [{section}] must be a table");
+        };
+        for (key, value) in values {
+            if !target.contains_key(&key) {
+                bail!("unknown config key {section}.{key}");
+            }
+            target.insert(key, value);
+        }
+    }
+    Ok(())
+}
+
+/// `WEIR_PRODUCE_FLUSH_INTERVAL=10ms` sets `produce.flush_interval`. Values are parsed as TOML
+/// when they can be (numbers, booleans, arrays) and taken as strings otherwise.
+fn apply_env(
+    base: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> anyhow::Result<()> {
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix("WEIR_") else {
+            continue;
+        };
+        let lowered = rest.to_ascii_lowercase();
+        let mut matched = false;
+        for (section, table) in base.iter_mut() {
+            let toml::Value::Table(table) = table else {
+                continue;
+            };
+            let Some(key) = lowered.strip_prefix(&format!("{section}_")) else {
+                continue;
+            };
+            if let Some(slot) = table.get_mut(key) {
+                *slot = parse_env_value(&raw, slot)
+                    .with_context(|| format!("environment variable {name}"))?;
+                matched = true;
+            }
+        }
+        let names_a_section = base
+            .keys()
+            .any(|section| lowered.starts_with(&format!("{section}_")));
+        if !matched && names_a_section && !SHORT_ENV.contains(&name.as_str()) {
+            tracing::warn!(variable = %name, "ignoring unknown WEIR_ environment variable");
+        }
+    }
+    Ok(())
+}
+
+/// Variables read by command-line flags directly (see `main.rs`).
+const SHORT_ENV: &[&str] = &["WEIR_LISTEN", "WEIR_DATA_DIR", "WEIR_CONFIG", "WEIR_LOG"];
+
+fn parse_env_value(raw: &str, current: &toml::Value) -> anyhow::Result<toml::Value> {
+    if current.is_str() {
+        return Ok(toml::Value::String(raw.to_string()));
+    }
+    let wrapped = format!("value = {raw}");
+    let table: toml::Table = wrapped
+        .parse()
+        .with_context(|| format!("cannot parse {raw:?} as {}", current.type_str()))?;
+    let value = table.get("value").cloned().context("missing value")?;
+    if value.type_str() != current.type_str() {
+        bail!("expected a {}, got {raw:?}", current.type_str());
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn test_config_defaults_parse() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        assert_eq!(config.agent.listen, "127.0.0.1:9092");
+        assert_eq!(config.storage.quorum, 1);
+        assert_eq!(config.produce.flush_interval, Duration::from_millis(5));
+    }
+
+    #[test]
+    fn test_config_env_overrides_and_rejects_bad_values() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("WEIR_PRODUCE_FLUSH_INTERVAL", "20ms"),
+                ("WEIR_KAFKA_NUM_PARTITIONS", "3"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.produce.flush_interval, Duration::from_millis(20));
+        assert_eq!(config.kafka.num_partitions, 3);
+        assert!(Config::load(None, env(&[("WEIR_KAFKA_NUM_PARTITIONS", "many")])).is_err());
+        assert!(Config::load(None, env(&[("WEIR_STORAGE_PROFILE", "nope")])).is_err());
+    }
+
+    #[test]
+    fn test_config_file_rejects_unknown_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weir.toml");
+        std::fs::write(&path, "[produce]\nflush_interval = \"1ms\"\n").unwrap();
+        let config = Config::load(Some(&path), Vec::new()).unwrap();
+        assert_eq!(config.produce.flush_interval, Duration::from_millis(1));
+        std::fs::write(&path, "[produce]\nflush_intervall = \"1ms\"\n").unwrap();
+        assert!(Config::load(Some(&path), Vec::new()).is_err());
+    }
+}
