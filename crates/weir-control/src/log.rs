@@ -54,9 +54,15 @@ pub struct LogRecord {
     pub entries: Vec<Entry>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct SnapshotBody {
     state: State,
+}
+
+/// The serialising twin of [`SnapshotBody`], borrowing the state instead of cloning it.
+#[derive(Debug, Serialize)]
+struct SnapshotRef<'a> {
+    state: &'a State,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -96,9 +102,7 @@ impl LogStore {
     }
 
     pub fn encode_snapshot(epoch: u64, seq: u64, state: &State) -> Bytes {
-        let body = SnapshotBody {
-            state: state.clone(),
-        };
+        let body = SnapshotRef { state };
         let payload = serde_json::to_vec(&body).expect("state always serialises");
         encode_envelope(EnvelopeKind::Snapshot, epoch, seq, &payload)
     }

@@ -192,7 +192,9 @@ struct PendingSlot {
     )>,
     /// (topic id, partition, high watermark after this slot) to publish when durable.
     publish: Vec<(TopicId, usize, i64)>,
-    snapshot: Option<Bytes>,
+    /// The state after this slot, to snapshot once the slot is durable. Cloned under the lock
+    /// (a memory copy); serialised and written off the writer task.
+    snapshot: Option<Box<State>>,
 }
 
 struct Writer {
@@ -335,8 +337,8 @@ impl Writer {
             waiters.push((reply, result));
             entries.push(entry);
         }
-        let snapshot = (seq % self.settings.snapshot_every_slots.max(1) == 0)
-            .then(|| LogStore::encode_snapshot(position.epoch, seq, &state));
+        let snapshot =
+            (seq % self.settings.snapshot_every_slots.max(1) == 0).then(|| Box::new(state.clone()));
         drop(state);
         let bytes = LogStore::encode_record(position.epoch, seq, &LogRecord { entries });
         (
@@ -376,7 +378,15 @@ impl Writer {
             let log = self.log.clone();
             let seq = slot.seq;
             tokio::spawn(async move {
-                if let Err(err) = log.write_snapshot(seq, snapshot).await {
+                let encoded = tokio::task::spawn_blocking(move || {
+                    LogStore::encode_snapshot(epoch, seq, &snapshot)
+                })
+                .await;
+                let Ok(bytes) = encoded else {
+                    warn!(seq, "snapshot encoding failed");
+                    return;
+                };
+                if let Err(err) = log.write_snapshot(seq, bytes).await {
                     warn!(seq, epoch, error = %err, "snapshot write failed");
                 }
             });

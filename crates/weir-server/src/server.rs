@@ -37,7 +37,12 @@ impl Server {
                 accepted = self.listener.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(pair) => pair,
-                        Err(err) => { warn!(error = %err, "accept failed"); continue; }
+                        Err(err) => {
+                            // Typically EMFILE: back off instead of spinning on the error.
+                            warn!(error = %err, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        }
                     };
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
                         warn!(%peer, "connection limit reached, refusing connection");

@@ -98,6 +98,9 @@ fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted>
 
 /// Reads every wanted partition within the byte budgets. Returns the topics, the record bytes
 /// gathered, and whether any partition has an error (which ends long-polling, as in Kafka).
+///
+/// Budgets are settled on the plans (exact byte counts, under the state lock); the reads of all
+/// partitions then run concurrently, so a fetch over many partitions pays one storage round trip.
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
@@ -105,46 +108,67 @@ async fn read_all(
     version: i16,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut remaining = max_bytes;
+    let mut planned = 0usize;
+    let mut plans = Vec::new();
+    for topic in wanted {
+        for (partition, offset, partition_max) in &topic.partitions {
+            let plan = match topic.resolved {
+                None => None,
+                Some(resolved) => {
+                    let budget = (*partition_max).min(remaining);
+                    let plan =
+                        broker
+                            .fetch
+                            .plan(&resolved, *partition, *offset, budget, planned == 0);
+                    if let Ok(plan) = &plan {
+                        planned += plan.byte_len();
+                        remaining = remaining.saturating_sub(plan.byte_len());
+                    }
+                    Some(plan)
+                }
+            };
+            plans.push(plan);
+        }
+    }
+    let reads = futures::future::join_all(plans.into_iter().map(|plan| async move {
+        match plan {
+            None => None,
+            Some(Ok(plan)) => Some(broker.fetch.read(plan).await),
+            Some(Err(err)) => Some(Err(err)),
+        }
+    }))
+    .await;
+    let mut reads = reads.into_iter();
     let mut total = 0usize;
     let mut any_error = false;
     let mut topics = Vec::with_capacity(wanted.len());
     for topic in wanted {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
-        for (partition, offset, partition_max) in &topic.partitions {
+        for (partition, _, _) in &topic.partitions {
             let base = PartitionData::default()
                 .with_partition_index(*partition)
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1)
                 .with_high_watermark(-1)
                 .with_preferred_read_replica(BrokerId(-1));
-            let Some(resolved) = topic.resolved else {
-                any_error = true;
-                let code = if version >= 13 {
-                    error_code::UNKNOWN_TOPIC_ID
-                } else {
-                    error_code::UNKNOWN_TOPIC_OR_PARTITION
-                };
-                partitions.push(base.with_error_code(code).with_records(Some(Bytes::new())));
-                continue;
-            };
-            let budget = (*partition_max).min(remaining);
-            let read = match broker
-                .fetch
-                .plan(&resolved, *partition, *offset, budget, total == 0)
-            {
-                Ok(plan) => broker.fetch.read(plan).await,
-                Err(err) => Err(err),
-            };
-            let data = match read {
-                Ok(data) => {
+            let data = match reads.next().flatten() {
+                None => {
+                    any_error = true;
+                    let code = if version >= 13 {
+                        error_code::UNKNOWN_TOPIC_ID
+                    } else {
+                        error_code::UNKNOWN_TOPIC_OR_PARTITION
+                    };
+                    base.with_error_code(code).with_records(Some(Bytes::new()))
+                }
+                Some(Ok(data)) => {
                     total += data.records.len();
-                    remaining = remaining.saturating_sub(data.records.len());
                     base.with_high_watermark(data.high_watermark)
                         .with_last_stable_offset(data.high_watermark)
                         .with_log_start_offset(data.log_start_offset)
                         .with_records(Some(data.records))
                 }
-                Err(err) => {
+                Some(Err(err)) => {
                     any_error = true;
                     base.with_error_code(fetch_error_code(&err))
                         .with_records(Some(Bytes::new()))
