@@ -12,7 +12,7 @@ build:
 
 test: test-unit test-e2e
 
-test-unit:
+test-unit: build
 	cargo nextest run --workspace --no-fail-fast
 
 test-e2e: build

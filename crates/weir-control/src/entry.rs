@@ -38,6 +38,12 @@ pub enum Entry {
 /// A file uploaded to a quorum of ingest buckets, to be made visible at assigned offsets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileCommit {
+    /// The committing agent incarnation; its commits form a chain through `previous`.
+    pub agent: String,
+    /// The agent's file committed just before this one (`None` for its first). A commit whose
+    /// `previous` is not the agent's last committed file is rejected whole, so a file whose
+    /// commit failed can never be overtaken by a later file of the same agent (ORD-2).
+    pub previous: Option<FileId>,
     pub file_id: FileId,
     pub size: u64,
     /// Indices of the ingest buckets that hold the file.

@@ -20,6 +20,10 @@ pub enum ControlError {
     InvalidProducerEpoch { current: i16, got: i16 },
     #[error("unknown producer id {0}")]
     UnknownProducerId(i64),
+    #[error("an earlier file of this agent did not commit (last committed: {last_committed:?})")]
+    CommitOutOfOrder {
+        last_committed: Option<weir_common::FileId>,
+    },
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
     #[error("control plane is shutting down")]

@@ -29,6 +29,9 @@ pub struct State {
     pub producer_epochs: BTreeMap<i64, i16>,
     pub topics: BTreeMap<String, Topic>,
     pub files: BTreeMap<FileId, FileMeta>,
+    /// Last file committed by each agent incarnation (see `FileCommit::previous`).
+    #[serde(default)]
+    pub agent_tips: BTreeMap<String, FileId>,
     #[serde(skip)]
     topic_names_by_id: HashMap<TopicId, String>,
 }
@@ -234,6 +237,12 @@ impl State {
     }
 
     fn commit_file(&mut self, commit: &FileCommit) -> Vec<BatchOutcome> {
+        let last_committed = self.agent_tips.get(&commit.agent).copied();
+        if last_committed != commit.previous {
+            let error = ControlError::CommitOutOfOrder { last_committed };
+            return vec![BatchOutcome::Rejected(error); commit.batches.len()];
+        }
+        self.agent_tips.insert(commit.agent.clone(), commit.file_id);
         let outcomes: Vec<BatchOutcome> = commit
             .batches
             .iter()

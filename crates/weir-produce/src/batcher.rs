@@ -133,6 +133,9 @@ impl Batcher {
             .collect();
         debug!(seq, file = %file_id, bytes = encoded.total_len, batches = batches.len(), "sealed file");
         let commit = FileCommit {
+            // Set by the committer, which owns the commit chain.
+            agent: String::new(),
+            previous: None,
             file_id,
             size: encoded.total_len,
             buckets: Vec::new(),

@@ -1,6 +1,12 @@
 //! The committer: receives upload results in any order and commits files to the control plane
 //! strictly in seal order (ORD-2), pipelined: a commit is enqueued as soon as every earlier file
 //! is enqueued, and results are awaited concurrently. Outcomes fan out to each file's tickets.
+//!
+//! Commits form a chain: each names the agent's previous file, and the control plane rejects a
+//! commit whose predecessor is not the agent's last committed file. So when a commit fails (for
+//! instance a metadata-log write that failed and was rolled back by recovery), the commits queued
+//! behind it are rejected instead of overtaking it. The committer then waits for its in-flight
+//! commits to settle, reads the agent's last committed file, and continues the chain from there.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tracing::warn;
+use weir_common::FileId;
 use weir_control::{BatchOutcome, ControlError, ControlPlane, Entry, EntryResult, FileCommit};
 
 use crate::batcher::TicketSlot;
@@ -24,37 +31,80 @@ pub(crate) struct Committer {
     control: ControlPlane,
     sealed_count: Arc<AtomicU64>,
     uploads: mpsc::UnboundedReceiver<UploadedFile>,
+    agent: String,
+}
+
+/// Where the commit chain stands.
+struct Chain {
+    /// The file the next commit names as `previous`.
+    tip: Option<FileId>,
+    /// Commits enqueued whose result has not come back.
+    in_flight: usize,
+    /// A commit failed: hold new commits until in-flight ones settle, then re-read the tip.
+    broken: bool,
 }
 
 impl Committer {
     pub(crate) fn new(
         control: ControlPlane,
         sealed_count: Arc<AtomicU64>,
+        agent: String,
     ) -> (Self, mpsc::UnboundedSender<UploadedFile>) {
         let (uploads_tx, uploads_rx) = mpsc::unbounded_channel();
         let committer = Self {
             control,
             sealed_count,
             uploads: uploads_rx,
+            agent,
         };
         (committer, uploads_tx)
     }
 
     pub(crate) async fn run(mut self) {
+        let (results_tx, mut results_rx) = mpsc::unbounded_channel::<bool>();
         let mut next_seq = 1u64;
         let mut waiting: BTreeMap<u64, UploadedFile> = BTreeMap::new();
-        // Files with seq <= fail_through fail without committing (an earlier file failed).
+        // Files with seq <= fail_through fail without committing (an earlier upload failed).
         let mut fail_through = 0u64;
-        while let Some(uploaded) = self.uploads.recv().await {
-            waiting.insert(uploaded.seq, uploaded);
-            while let Some(file) = waiting.remove(&next_seq) {
+        let mut chain = Chain {
+            tip: None,
+            in_flight: 0,
+            broken: false,
+        };
+        loop {
+            tokio::select! {
+                uploaded = self.uploads.recv() => {
+                    let Some(uploaded) = uploaded else { break };
+                    waiting.insert(uploaded.seq, uploaded);
+                }
+                Some(committed) = results_rx.recv() => {
+                    chain.in_flight -= 1;
+                    if !committed {
+                        chain.broken = true;
+                    }
+                }
+            }
+            if chain.broken && chain.in_flight == 0 {
+                chain.tip = self
+                    .control
+                    .read(|state| state.agent_tips.get(&self.agent).copied());
+                chain.broken = false;
+                warn!(agent = %self.agent, tip = ?chain.tip, "commit chain resumed after a failed commit");
+            }
+            while !chain.broken {
+                let Some(file) = waiting.remove(&next_seq) else {
+                    break;
+                };
                 next_seq += 1;
                 if file.seq <= fail_through {
                     fail_tickets(file.tickets, ProduceError::EarlierFileFailed);
                     continue;
                 }
                 match file.result {
-                    Ok(holders) => self.commit(file.commit, holders, file.tickets).await,
+                    Ok(holders) => {
+                        self.commit(file.commit, holders, file.tickets, &mut chain, &results_tx)
+                            .await
+                    }
                     Err(reason) => {
                         // Every file sealed so far is later than this one and not committed.
                         fail_through = self.sealed_count.load(Ordering::SeqCst);
@@ -69,23 +119,48 @@ impl Committer {
         }
     }
 
-    async fn commit(&self, mut commit: FileCommit, holders: Vec<usize>, tickets: Vec<TicketSlot>) {
+    async fn commit(
+        &self,
+        mut commit: FileCommit,
+        holders: Vec<usize>,
+        tickets: Vec<TicketSlot>,
+        chain: &mut Chain,
+        results: &mpsc::UnboundedSender<bool>,
+    ) {
         commit.buckets = holders.iter().map(|h| *h as u8).collect();
+        commit.agent = self.agent.clone();
+        commit.previous = chain.tip;
+        let file_id = commit.file_id;
         let pending = match self.control.enqueue(Entry::CommitFile(commit)).await {
             Ok(pending) => pending,
             Err(err) => return fail_tickets(tickets, ProduceError::Control(err)),
         };
+        chain.tip = Some(file_id);
+        chain.in_flight += 1;
+        let results = results.clone();
         tokio::spawn(async move {
-            match pending.await {
-                Ok(EntryResult::CommitFile(outcomes)) => answer_tickets(tickets, &outcomes),
-                Ok(other) => fail_tickets(
-                    tickets,
-                    ProduceError::Control(ControlError::Unavailable(format!(
-                        "unexpected {other:?}"
-                    ))),
-                ),
-                Err(err) => fail_tickets(tickets, ProduceError::Control(err)),
-            }
+            let committed = match pending.await {
+                Ok(EntryResult::CommitFile(outcomes)) => {
+                    let chained = !outcomes.iter().any(|o| {
+                        matches!(
+                            o,
+                            BatchOutcome::Rejected(ControlError::CommitOutOfOrder { .. })
+                        )
+                    });
+                    answer_tickets(tickets, &outcomes);
+                    chained
+                }
+                Ok(other) => {
+                    let error = ControlError::Unavailable(format!("unexpected {other:?}"));
+                    fail_tickets(tickets, ProduceError::Control(error));
+                    false
+                }
+                Err(err) => {
+                    fail_tickets(tickets, ProduceError::Control(err));
+                    false
+                }
+            };
+            let _ = results.send(committed);
         });
     }
 }

@@ -20,3 +20,6 @@ pub use pipeline::{
     PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
     ProduceTicket, TicketOutcome,
 };
+
+#[cfg(test)]
+mod tests;

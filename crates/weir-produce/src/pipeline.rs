@@ -122,7 +122,8 @@ impl ProducePipeline {
     ) -> Self {
         let (tickets_tx, tickets_rx) = mpsc::channel(settings.queue_depth.max(1));
         let sealed_count = Arc::new(AtomicU64::new(0));
-        let (committer, uploads_tx) = Committer::new(control, sealed_count.clone());
+        let agent = format!("agent-{seed:016x}");
+        let (committer, uploads_tx) = Committer::new(control, sealed_count.clone(), agent);
         tokio::spawn(committer.run());
         let batcher = Batcher::new(
             settings,

@@ -15,6 +15,8 @@ fn settings(snapshot_every_slots: u64) -> ControlPlaneSettings {
 
 async fn commit_one(plane: &ControlPlane, topic_id: TopicId, file: u128) -> i64 {
     let entry = Entry::CommitFile(FileCommit {
+        agent: format!("test-{file}"),
+        previous: None,
         file_id: FileId(file),
         size: 100,
         buckets: vec![0],

@@ -37,6 +37,8 @@ fn batch(partition: i32, span: i32, producer: (i64, i16, i32)) -> BatchCommit {
 
 fn commit(state: &mut State, file: u128, batches: Vec<BatchCommit>) -> Vec<BatchOutcome> {
     match state.apply(&Entry::CommitFile(FileCommit {
+        agent: format!("agent-{file}"),
+        previous: None,
         file_id: FileId(file),
         size: 1000,
         buckets: vec![0],
@@ -183,6 +185,38 @@ fn test_state_topic_lifecycle() {
     );
 }
 
+#[test]
+fn test_state_agent_commits_form_a_chain() {
+    let mut state = state_with_topic(1);
+    let file = |id: u128, previous: Option<u128>| {
+        Entry::CommitFile(FileCommit {
+            agent: "a".into(),
+            previous: previous.map(FileId),
+            file_id: FileId(id),
+            size: 10,
+            buckets: vec![0],
+            batches: vec![batch(0, 1, (-1, -1, -1))],
+        })
+    };
+    assert!(
+        matches!(state.apply(&file(1, None)), EntryResult::CommitFile(o) if matches!(o[0], BatchOutcome::Appended { .. }))
+    );
+    // File 2 failed to commit; file 3 (chained on 2) must not overtake it.
+    let skipped = state.apply(&file(3, Some(2)));
+    assert_eq!(
+        skipped,
+        EntryResult::CommitFile(vec![BatchOutcome::Rejected(
+            ControlError::CommitOutOfOrder {
+                last_committed: Some(FileId(1))
+            }
+        )])
+    );
+    assert!(
+        matches!(state.apply(&file(4, Some(1))), EntryResult::CommitFile(o) if matches!(o[0], BatchOutcome::Appended { base_offset: 1, .. }))
+    );
+    assert_eq!(state.agent_tips["a"], FileId(4));
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Create(u8, i32),
@@ -212,6 +246,8 @@ fn to_entry(op: &Op, index: usize) -> Entry {
             name: format!("topic{t}"),
         },
         Op::Commit(t, partition, span) => Entry::CommitFile(FileCommit {
+            agent: "prop".into(),
+            previous: None,
             file_id: FileId(index as u128),
             size: 10,
             buckets: vec![0],
