@@ -22,6 +22,8 @@ pub struct BrokerSettings {
     pub default_partitions: i32,
     /// Largest request frame accepted; checked before any allocation.
     pub max_frame_bytes: usize,
+    /// Largest frame of any request other than Produce (those decode into many objects).
+    pub max_nonproduce_frame_bytes: usize,
     pub max_connections: usize,
     /// Requests one connection may have in flight before the agent stops reading from it.
     pub max_inflight_per_connection: usize,
@@ -43,6 +45,7 @@ impl Default for BrokerSettings {
             auto_create_topics: true,
             default_partitions: 1,
             max_frame_bytes: 100 * 1024 * 1024,
+            max_nonproduce_frame_bytes: 8 * 1024 * 1024,
             max_connections: 10_000,
             max_inflight_per_connection: 64,
             max_inflight_request_bytes: 512 * 1024 * 1024,
@@ -61,6 +64,7 @@ pub struct Broker {
     pub fetch: FetchReader,
     pub clock: Arc<dyn Clock>,
     pub(crate) memory: Arc<Semaphore>,
+    pub(crate) memory_capacity: usize,
     seeds: AtomicU64,
 }
 
@@ -73,11 +77,13 @@ impl Broker {
         clock: Arc<dyn Clock>,
         seed: u64,
     ) -> Self {
+        // u32 permits per acquire: the budget stays below 4 GiB.
         let permits = settings
             .max_inflight_request_bytes
-            .clamp(settings.max_frame_bytes, Semaphore::MAX_PERMITS);
+            .clamp(settings.max_frame_bytes, u32::MAX as usize);
         Self {
             memory: Arc::new(Semaphore::new(permits)),
+            memory_capacity: permits,
             settings,
             control,
             produce,

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use weir_protocol::frame::{read_frame_body, read_frame_len, FrameError};
@@ -93,21 +93,44 @@ async fn read_requests(
     }
 }
 
-/// Reads one frame once memory permits for its declared size are available.
+/// Decoding a request can take this many times its wire size in memory: a 4-byte array element
+/// (an empty topic name) becomes a ~72-byte struct. Produce is exempt: its record bytes are kept
+/// as zero-copy slices of the frame.
+const DECODE_AMPLIFICATION: usize = 40;
+
+/// Reads one frame once memory permits for its declared size are available. Requests other than
+/// Produce must fit `max_nonproduce_frame_bytes` and are charged for their decoded size.
 async fn read_one(
     broker: &Broker,
     reader: &mut OwnedReadHalf,
-) -> Result<Option<(Bytes, tokio::sync::OwnedSemaphorePermit)>, FrameError> {
+) -> Result<Option<(Bytes, OwnedSemaphorePermit)>, FrameError> {
     let Some(len) = read_frame_len(reader, broker.settings.max_frame_bytes).await? else {
         return Ok(None);
     };
-    let permits = u32::try_from(len).unwrap_or(u32::MAX);
-    let permit = broker
+    let mut permit = acquire(broker, len).await?;
+    let body = read_frame_body(reader, len).await?;
+    let is_produce = body.get(0..2) == Some(&[0, 0][..]);
+    if !is_produce {
+        let limit = broker.settings.max_nonproduce_frame_bytes;
+        if len > limit {
+            return Err(FrameError::TooLarge {
+                len: len as i64,
+                max: limit,
+            });
+        }
+        permit.merge(acquire(broker, len.saturating_mul(DECODE_AMPLIFICATION - 1)).await?);
+    }
+    Ok(Some((body, permit)))
+}
+
+/// Takes `bytes` from the agent-wide memory budget, never more than the whole budget.
+async fn acquire(broker: &Broker, bytes: usize) -> Result<OwnedSemaphorePermit, FrameError> {
+    let wanted = bytes.min(broker.memory_capacity);
+    let permits = u32::try_from(wanted).unwrap_or(u32::MAX);
+    broker
         .memory
         .clone()
         .acquire_many_owned(permits)
         .await
-        .map_err(|_| FrameError::Truncated)?;
-    let body = read_frame_body(reader, len).await?;
-    Ok(Some((body, permit)))
+        .map_err(|_| FrameError::Truncated)
 }

@@ -236,3 +236,24 @@ async fn test_produce_batch_over_max_message_bytes_gets_message_too_large() {
     let partition = &response.responses[0].partition_responses[0];
     assert_eq!((partition.error_code, partition.base_offset), (0, 0));
 }
+
+/// Requests other than Produce decode into many small objects, so they get a tighter frame
+/// limit: a Metadata request above it closes the connection, a Produce of the same size is read.
+#[tokio::test]
+async fn test_connection_nonproduce_frame_limit_closes_connection() {
+    let settings = BrokerSettings {
+        max_nonproduce_frame_bytes: 1024,
+        ..BrokerSettings::default()
+    };
+    let agent = Agent::start(settings, ProduceSettings::default()).await;
+    // Metadata v0 declaring 1000 topics with empty names: 4 KB on the wire.
+    let mut metadata = bare_header(3, 0, 1);
+    metadata.put_i32(1000);
+    for _ in 0..1000 {
+        metadata.put_i16(0);
+    }
+    let mut client = agent.connect().await;
+    client.write_raw(&framed(&metadata)).await;
+    client.expect_closed().await;
+    assert_agent_answers(&agent).await;
+}

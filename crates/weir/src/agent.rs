@@ -132,6 +132,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         auto_create_topics: config.kafka.auto_create_topics,
         default_partitions: config.kafka.num_partitions,
         max_frame_bytes: config.kafka.max_frame_bytes,
+        max_nonproduce_frame_bytes: config.kafka.max_nonproduce_frame_bytes,
         max_connections: config.kafka.max_connections,
         max_inflight_per_connection: config.kafka.max_inflight_per_connection,
         max_inflight_request_bytes: config.kafka.max_inflight_request_bytes,

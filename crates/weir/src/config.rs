@@ -36,6 +36,7 @@ pub(crate) struct KafkaConfig {
     pub(crate) auto_create_topics: bool,
     pub(crate) num_partitions: i32,
     pub(crate) max_frame_bytes: usize,
+    pub(crate) max_nonproduce_frame_bytes: usize,
     pub(crate) max_connections: usize,
     pub(crate) max_inflight_per_connection: usize,
     pub(crate) max_inflight_request_bytes: usize,

@@ -986,7 +986,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
             -1 => Ok(None),
             n if n >= 0 => {
                 // Weir patch: never trust a declared length for pre-allocation (BAD-1).
-                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
+                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()).min(1024));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1095,7 +1095,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             0 => Ok(None),
             n => {
                 // Weir patch: never trust a declared length for pre-allocation (BAD-1).
-                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
+                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()).min(1024));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
