@@ -33,6 +33,31 @@ pub enum Entry {
     InitProducerId {
         existing: Option<(i64, i16)>,
     },
+    /// Committed consumer offsets of a group. The coordinator validated the member and
+    /// generation before submitting; apply only checks the partitions and metadata size.
+    CommitOffsets {
+        group: String,
+        offsets: Vec<OffsetCommit>,
+    },
+    /// OffsetDelete: forgets the group's offsets of these (topic, partition)s.
+    DeleteGroupOffsets {
+        group: String,
+        partitions: Vec<(String, i32)>,
+    },
+    /// DeleteGroups: forgets every offset of the group.
+    DeleteGroup {
+        group: String,
+    },
+}
+
+/// One partition's committed offset in a `CommitOffsets` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
 }
 
 /// A file uploaded to a quorum of ingest buckets, to be made visible at assigned offsets.
@@ -90,4 +115,9 @@ pub enum EntryResult {
     CreatePartitions(Result<(), ControlError>),
     CommitFile(Vec<BatchOutcome>),
     InitProducerId(Result<(i64, i16), ControlError>),
+    /// One result per offset of the entry, in order.
+    CommitOffsets(Vec<Result<(), ControlError>>),
+    DeleteGroupOffsets(Result<(), ControlError>),
+    /// Whether the group had committed offsets.
+    DeleteGroup(bool),
 }

@@ -24,6 +24,8 @@ pub enum ControlError {
     CommitOutOfOrder {
         last_committed: Option<weir_common::FileId>,
     },
+    #[error("offset metadata of {got} bytes exceeds {max} bytes")]
+    OffsetMetadataTooLarge { got: usize, max: usize },
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
     #[error("control plane is shutting down")]

@@ -1,7 +1,8 @@
 //! The control plane: the deterministic metadata state machine and its durable log on object
 //! storage.
 //!
-//! * [`state`] — topics, partitions, the file index, producer state; `apply(entry) -> result`.
+//! * [`state`] — topics, partitions, the file index, producer state, committed group offsets;
+//!   `apply(entry) -> result`.
 //! * [`entry`] — what the log records (requests, not results) and what applying them returns.
 //! * [`log`] — create-only sequenced log objects, epochs, snapshots and recovery by replay.
 //! * [`plane`] — the in-process [`ControlPlane`] handle: a single actor sequences entries,
@@ -17,7 +18,7 @@ pub mod log;
 pub mod plane;
 pub mod state;
 
-pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit};
+pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings};
-pub use state::{IndexEntry, PartitionState, State, Topic};
+pub use state::{CommittedOffset, IndexEntry, PartitionState, State, Topic};

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use weir_common::{FileId, TopicId};
 
 use crate::configs;
-use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit};
+use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
 
 /// How many recent batches per producer and partition are remembered for duplicate detection,
@@ -32,8 +32,24 @@ pub struct State {
     /// Last file committed by each agent incarnation (see `FileCommit::previous`).
     #[serde(default)]
     pub agent_tips: BTreeMap<String, FileId>,
+    /// Committed consumer offsets: group → topic → partition → offset.
+    #[serde(default)]
+    pub group_offsets: BTreeMap<String, GroupOffsets>,
     #[serde(skip)]
     topic_names_by_id: HashMap<TopicId, String>,
+}
+
+/// A group's committed offsets: topic → partition → offset.
+pub type GroupOffsets = BTreeMap<String, BTreeMap<i32, CommittedOffset>>;
+
+/// Kafka's `offset.metadata.max.bytes` default: longer commit metadata is refused.
+pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -145,6 +161,87 @@ impl State {
             Entry::InitProducerId { existing } => {
                 EntryResult::InitProducerId(self.init_producer_id(*existing))
             }
+            Entry::CommitOffsets { group, offsets } => {
+                EntryResult::CommitOffsets(self.commit_offsets(group, offsets))
+            }
+            Entry::DeleteGroupOffsets { group, partitions } => {
+                self.delete_group_offsets(group, partitions);
+                EntryResult::DeleteGroupOffsets(Ok(()))
+            }
+            Entry::DeleteGroup { group } => {
+                EntryResult::DeleteGroup(self.group_offsets.remove(group).is_some())
+            }
+        }
+    }
+
+    /// The committed offset of `group` for one partition.
+    pub fn committed_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<&CommittedOffset> {
+        self.group_offsets.get(group)?.get(topic)?.get(&partition)
+    }
+
+    fn commit_offsets(
+        &mut self,
+        group: &str,
+        offsets: &[OffsetCommit],
+    ) -> Vec<Result<(), ControlError>> {
+        offsets
+            .iter()
+            .map(|commit| {
+                let partitions = self
+                    .topics
+                    .get(&commit.topic)
+                    .map_or(0, |topic| topic.partitions.len());
+                let known = usize::try_from(commit.partition).is_ok_and(|p| p < partitions);
+                if !known {
+                    return Err(ControlError::UnknownTopicOrPartition(format!(
+                        "{}-{}",
+                        commit.topic, commit.partition
+                    )));
+                }
+                let metadata_len = commit.metadata.as_ref().map_or(0, String::len);
+                if metadata_len > MAX_OFFSET_METADATA_BYTES {
+                    return Err(ControlError::OffsetMetadataTooLarge {
+                        got: metadata_len,
+                        max: MAX_OFFSET_METADATA_BYTES,
+                    });
+                }
+                self.group_offsets
+                    .entry(group.to_string())
+                    .or_default()
+                    .entry(commit.topic.clone())
+                    .or_default()
+                    .insert(
+                        commit.partition,
+                        CommittedOffset {
+                            offset: commit.offset,
+                            leader_epoch: commit.leader_epoch,
+                            metadata: commit.metadata.clone(),
+                        },
+                    );
+                Ok(())
+            })
+            .collect()
+    }
+
+    fn delete_group_offsets(&mut self, group: &str, partitions: &[(String, i32)]) {
+        let Some(offsets) = self.group_offsets.get_mut(group) else {
+            return;
+        };
+        for (topic, partition) in partitions {
+            if let Some(by_partition) = offsets.get_mut(topic) {
+                by_partition.remove(partition);
+                if by_partition.is_empty() {
+                    offsets.remove(topic);
+                }
+            }
+        }
+        if offsets.is_empty() {
+            self.group_offsets.remove(group);
         }
     }
 
@@ -186,6 +283,11 @@ impl State {
             return Err(ControlError::UnknownTopicOrPartition(name.to_string()));
         };
         self.topic_names_by_id.remove(&topic.id);
+        // Committed offsets go with the topic: a new topic of the same name starts afresh.
+        self.group_offsets.retain(|_, offsets| {
+            offsets.remove(name);
+            !offsets.is_empty()
+        });
         for partition in &topic.partitions {
             for entry in &partition.index {
                 self.release_batch(entry.file_id);

@@ -223,6 +223,8 @@ enum Op {
     Delete(u8),
     Commit(u8, i32, i32),
     InitPid,
+    CommitOffset(u8, u8, i32, i64),
+    DeleteGroup(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -231,6 +233,8 @@ fn op() -> impl Strategy<Value = Op> {
         (0u8..3).prop_map(Op::Delete),
         (0u8..3, -1i32..5, -1i32..4).prop_map(|(t, p, s)| Op::Commit(t, p, s)),
         Just(Op::InitPid),
+        (0u8..2, 0u8..3, -1i32..5, 0i64..100).prop_map(|(g, t, p, o)| Op::CommitOffset(g, t, p, o)),
+        (0u8..2).prop_map(Op::DeleteGroup),
     ]
 }
 
@@ -265,7 +269,106 @@ fn to_entry(op: &Op, index: usize) -> Entry {
             }],
         }),
         Op::InitPid => Entry::InitProducerId { existing: None },
+        Op::CommitOffset(group, t, partition, offset) => Entry::CommitOffsets {
+            group: format!("group{group}"),
+            offsets: vec![OffsetCommit {
+                topic: format!("topic{t}"),
+                partition: *partition,
+                offset: *offset,
+                leader_epoch: -1,
+                metadata: Some(format!("m{offset}")),
+            }],
+        },
+        Op::DeleteGroup(group) => Entry::DeleteGroup {
+            group: format!("group{group}"),
+        },
     }
+}
+
+fn commit_offset(
+    state: &mut State,
+    group: &str,
+    partition: i32,
+    offset: i64,
+    metadata: &str,
+) -> Result<(), ControlError> {
+    let entry = Entry::CommitOffsets {
+        group: group.into(),
+        offsets: vec![OffsetCommit {
+            topic: "t".into(),
+            partition,
+            offset,
+            leader_epoch: 3,
+            metadata: Some(metadata.into()),
+        }],
+    };
+    match state.apply(&entry) {
+        EntryResult::CommitOffsets(mut results) => results.remove(0),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn test_state_group_offsets_commit_overwrite_and_validate() {
+    let mut state = state_with_topic(2);
+    commit_offset(&mut state, "g", 0, 5, "first").unwrap();
+    commit_offset(&mut state, "g", 0, 7, "second").unwrap();
+    commit_offset(&mut state, "g", 1, 1, "").unwrap();
+    let committed = state.committed_offset("g", "t", 0).unwrap();
+    assert_eq!((committed.offset, committed.leader_epoch), (7, 3));
+    assert_eq!(committed.metadata.as_deref(), Some("second"));
+    assert!(matches!(
+        commit_offset(&mut state, "g", 2, 1, ""),
+        Err(ControlError::UnknownTopicOrPartition(_))
+    ));
+    let long = "x".repeat(crate::state::MAX_OFFSET_METADATA_BYTES + 1);
+    assert!(matches!(
+        commit_offset(&mut state, "g", 0, 9, &long),
+        Err(ControlError::OffsetMetadataTooLarge { .. })
+    ));
+    assert_eq!(
+        state.committed_offset("g", "t", 0).unwrap().offset,
+        7,
+        "refused commit changes nothing"
+    );
+    state.apply(&Entry::DeleteGroupOffsets {
+        group: "g".into(),
+        partitions: vec![("t".into(), 0)],
+    });
+    assert!(state.committed_offset("g", "t", 0).is_none());
+    assert!(state.committed_offset("g", "t", 1).is_some());
+    assert_eq!(
+        state.apply(&Entry::DeleteGroup { group: "g".into() }),
+        EntryResult::DeleteGroup(true)
+    );
+    assert_eq!(
+        state.apply(&Entry::DeleteGroup { group: "g".into() }),
+        EntryResult::DeleteGroup(false)
+    );
+    assert!(state.group_offsets.is_empty());
+}
+
+#[test]
+fn test_state_group_offsets_deleted_with_topic_and_survive_snapshot() {
+    let mut state = state_with_topic(1);
+    commit_offset(&mut state, "a", 0, 5, "m").unwrap();
+    commit_offset(&mut state, "b", 0, 6, "m").unwrap();
+    let json = serde_json::to_string(&state).unwrap();
+    let restored: State = serde_json::from_str(&json).unwrap();
+    assert_eq!(restored.committed_offset("b", "t", 0).unwrap().offset, 6);
+    // Snapshots written before group offsets existed still load.
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    old.as_object_mut().unwrap().remove("group_offsets");
+    let loaded: State = serde_json::from_value(old).unwrap();
+    assert!(loaded.group_offsets.is_empty());
+    assert_eq!(
+        state.apply(&Entry::DeleteTopic { name: "t".into() }),
+        EntryResult::DeleteTopic(Ok(()))
+    );
+    assert!(
+        state.group_offsets.is_empty(),
+        "offsets go with their topic"
+    );
 }
 
 proptest! {
