@@ -33,7 +33,7 @@ impl Default for ProduceSettings {
         Self {
             flush_interval: Duration::from_millis(5),
             max_file_bytes: 8 * 1024 * 1024,
-            max_inflight_uploads: 8,
+            max_inflight_uploads: 32,
             upload_attempts: 3,
             queue_depth: 1024,
         }

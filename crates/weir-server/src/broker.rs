@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 use weir_common::Clock;
 use weir_control::ControlPlane;
 use weir_fetch::FetchReader;
+use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
 use weir_produce::ProducePipeline;
 
 /// Kafka-facing settings of an agent.
@@ -33,6 +34,8 @@ pub struct BrokerSettings {
     pub max_fetch_bytes: usize,
     /// Upper bound on fetch long-poll time.
     pub max_fetch_wait: Duration,
+    /// Consumer group coordinator limits (session timeout bounds, group size).
+    pub groups: GroupSettings,
 }
 
 impl Default for BrokerSettings {
@@ -47,10 +50,11 @@ impl Default for BrokerSettings {
             max_frame_bytes: 100 * 1024 * 1024,
             max_nonproduce_frame_bytes: 8 * 1024 * 1024,
             max_connections: 10_000,
-            max_inflight_per_connection: 64,
+            max_inflight_per_connection: 512,
             max_inflight_request_bytes: 512 * 1024 * 1024,
             max_fetch_bytes: 64 * 1024 * 1024,
             max_fetch_wait: Duration::from_secs(30),
+            groups: GroupSettings::default(),
         }
     }
 }
@@ -62,6 +66,8 @@ pub struct Broker {
     pub control: ControlPlane,
     pub produce: ProducePipeline,
     pub fetch: FetchReader,
+    /// The consumer group coordinator for the groups placed on this agent.
+    pub groups: GroupCoordinator,
     pub clock: Arc<dyn Clock>,
     pub(crate) memory: Arc<Semaphore>,
     pub(crate) memory_capacity: usize,
@@ -81,6 +87,7 @@ impl Broker {
         let permits = settings
             .max_inflight_request_bytes
             .clamp(settings.max_frame_bytes, u32::MAX as usize);
+        let groups = GroupCoordinator::start(settings.groups.clone(), clock.clone(), seed);
         Self {
             memory: Arc::new(Semaphore::new(permits)),
             memory_capacity: permits,
@@ -88,9 +95,25 @@ impl Broker {
             control,
             produce,
             fetch,
+            groups,
             clock,
             seeds: AtomicU64::new(seed),
         }
+    }
+
+    /// Node ids of the live agents. One agent today; the registry will list them all.
+    pub(crate) fn live_agents(&self) -> Vec<i32> {
+        vec![self.settings.node_id]
+    }
+
+    /// The agent that coordinates `group_id` (hash of the group id over live agents).
+    pub(crate) fn coordinator_of(&self, group_id: &str) -> Option<i32> {
+        coordinator_for(group_id, &self.live_agents())
+    }
+
+    /// Whether this agent coordinates `group_id`.
+    pub(crate) fn coordinates(&self, group_id: &str) -> bool {
+        self.coordinator_of(group_id) == Some(self.settings.node_id)
     }
 
     /// A fresh seed for ids chosen by this agent (topic ids).
