@@ -79,7 +79,7 @@ pub struct JoinResponse {
 }
 
 impl JoinResponse {
-    pub(crate) fn failed(error: GroupError, member_id: String) -> Self {
+    pub fn failed(error: GroupError, member_id: String) -> Self {
         Self {
             error: Some(error),
             generation_id: -1,
@@ -115,7 +115,7 @@ pub struct SyncResponse {
 }
 
 impl SyncResponse {
-    pub(crate) fn failed(error: GroupError) -> Self {
+    pub fn failed(error: GroupError) -> Self {
         Self {
             error: Some(error),
             protocol_type: None,

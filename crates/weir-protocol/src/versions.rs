@@ -30,6 +30,14 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::Metadata, 0, 12),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::FindCoordinator, 0, 5),
+    api(ApiKey::OffsetCommit, 2, 9),
+    api(ApiKey::OffsetFetch, 1, 9),
+    api(ApiKey::JoinGroup, 0, 9),
+    api(ApiKey::Heartbeat, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 5),
+    api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 5),
+    api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
@@ -37,6 +45,8 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::DescribeConfigs, 1, 4),
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::DescribeCluster, 0, 1),
+    api(ApiKey::DeleteGroups, 0, 2),
+    api(ApiKey::OffsetDelete, 0, 0),
 ];
 
 const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
@@ -86,6 +96,19 @@ mod tests {
         check::<CreatePartitionsRequest>(ApiKey::CreatePartitions);
         check::<DescribeClusterRequest>(ApiKey::DescribeCluster);
         check::<FindCoordinatorRequest>(ApiKey::FindCoordinator);
+        check::<OffsetCommitRequest>(ApiKey::OffsetCommit);
+        check::<OffsetFetchRequest>(ApiKey::OffsetFetch);
+        check::<JoinGroupRequest>(ApiKey::JoinGroup);
+        check::<HeartbeatRequest>(ApiKey::Heartbeat);
+        check::<LeaveGroupRequest>(ApiKey::LeaveGroup);
+        check::<SyncGroupRequest>(ApiKey::SyncGroup);
+        check::<DescribeGroupsRequest>(ApiKey::DescribeGroups);
+        check::<ListGroupsRequest>(ApiKey::ListGroups);
+        check::<DeleteGroupsRequest>(ApiKey::DeleteGroups);
+        check::<OffsetDeleteRequest>(ApiKey::OffsetDelete);
+        for api in SUPPORTED_APIS {
+            assert!(api.min <= api.max, "{:?}", api.key);
+        }
     }
 
     #[test]
@@ -93,6 +116,8 @@ mod tests {
         assert!(is_supported(ApiKey::Produce, 3));
         assert!(!is_supported(ApiKey::Produce, 13));
         assert!(!is_supported(ApiKey::Produce, 2));
-        assert!(!is_supported(ApiKey::JoinGroup, 0));
+        assert!(is_supported(ApiKey::JoinGroup, 0));
+        assert!(!is_supported(ApiKey::JoinGroup, 10));
+        assert!(!is_supported(ApiKey::OffsetCommit, 1));
     }
 }

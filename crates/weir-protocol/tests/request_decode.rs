@@ -165,6 +165,94 @@ fn rich_request(key: ApiKey) -> RequestKind {
                     .with_count(16)]),
         ),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+        key => rich_group_request(key),
+    }
+}
+
+/// Consumer group APIs, each with a little content in every list.
+fn rich_group_request(key: ApiKey) -> RequestKind {
+    let group = || GroupId::from(s("group-a"));
+    let topic = || TopicName::from(s("topic-a"));
+    match key {
+        ApiKey::JoinGroup => RequestKind::JoinGroup(
+            JoinGroupRequest::default()
+                .with_group_id(group())
+                .with_session_timeout_ms(10_000)
+                .with_member_id(s("member-1"))
+                .with_protocol_type(s("consumer"))
+                .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+                )
+                .with_name(s("range"))
+                .with_metadata(Bytes::from_static(b"\x00\x01meta"))]),
+        ),
+        ApiKey::SyncGroup => RequestKind::SyncGroup(
+            SyncGroupRequest::default()
+                .with_group_id(group())
+                .with_generation_id(3)
+                .with_member_id(s("member-1"))
+                .with_assignments(vec![
+                    sync_group_request::SyncGroupRequestAssignment::default()
+                        .with_member_id(s("member-1"))
+                        .with_assignment(Bytes::from_static(b"\x00\x01assignment")),
+                ]),
+        ),
+        ApiKey::Heartbeat => RequestKind::Heartbeat(
+            HeartbeatRequest::default()
+                .with_group_id(group())
+                .with_generation_id(3)
+                .with_member_id(s("member-1")),
+        ),
+        ApiKey::LeaveGroup => RequestKind::LeaveGroup(
+            LeaveGroupRequest::default()
+                .with_group_id(group())
+                .with_members(vec![leave_group_request::MemberIdentity::default()
+                    .with_member_id(s("member-1"))
+                    .with_group_instance_id(Some(s("instance-1")))]),
+        ),
+        ApiKey::OffsetCommit => RequestKind::OffsetCommit(
+            OffsetCommitRequest::default()
+                .with_group_id(group())
+                .with_generation_id_or_member_epoch(3)
+                .with_member_id(s("member-1"))
+                .with_topics(vec![
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            offset_commit_request::OffsetCommitRequestPartition::default()
+                                .with_partition_index(0)
+                                .with_committed_offset(42)
+                                .with_committed_metadata(Some(s("meta"))),
+                        ]),
+                ]),
+        ),
+        ApiKey::OffsetFetch => RequestKind::OffsetFetch(
+            OffsetFetchRequest::default()
+                .with_group_id(group())
+                .with_topics(Some(vec![
+                    offset_fetch_request::OffsetFetchRequestTopic::default()
+                        .with_name(topic())
+                        .with_partition_indexes(vec![0, 1]),
+                ])),
+        ),
+        ApiKey::DescribeGroups => RequestKind::DescribeGroups(
+            DescribeGroupsRequest::default().with_groups(vec![group(), GroupId::from(s("b"))]),
+        ),
+        ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+        ApiKey::DeleteGroups => RequestKind::DeleteGroups(
+            DeleteGroupsRequest::default().with_groups_names(vec![group()]),
+        ),
+        ApiKey::OffsetDelete => RequestKind::OffsetDelete(
+            OffsetDeleteRequest::default()
+                .with_group_id(group())
+                .with_topics(vec![
+                    offset_delete_request::OffsetDeleteRequestTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            offset_delete_request::OffsetDeleteRequestPartition::default()
+                                .with_partition_index(0),
+                        ]),
+                ]),
+        ),
         other => panic!("no request builder for {other:?}"),
     }
 }
@@ -188,6 +276,16 @@ fn default_request(key: ApiKey) -> RequestKind {
             RequestKind::CreatePartitions(CreatePartitionsRequest::default())
         }
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+        ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
+        ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+        ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+        ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+        ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+        ApiKey::OffsetFetch => RequestKind::OffsetFetch(OffsetFetchRequest::default()),
+        ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
+        ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+        ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
+        ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
         other => panic!("no request builder for {other:?}"),
     }
 }
@@ -339,7 +437,7 @@ fn test_unknown_and_unserved_prefixes_stop_before_the_body() {
         decode_like_dispatch(Bytes::from(frame.clone())),
         Outcome::UnsupportedVersion
     );
-    frame[0..2].copy_from_slice(&(ApiKey::JoinGroup as i16).to_be_bytes());
+    frame[0..2].copy_from_slice(&(ApiKey::EndTxn as i16).to_be_bytes());
     frame[2..4].copy_from_slice(&0i16.to_be_bytes());
     assert_eq!(
         decode_like_dispatch(Bytes::from(frame)),

@@ -74,7 +74,7 @@ async fn read_requests(
                 return;
             }
         };
-        match dispatch(&broker, frame).await {
+        match dispatch(&broker, frame, peer).await {
             Dispatched::Respond(work) => {
                 let handle = tokio::spawn(async move {
                     let response = work.await;

@@ -1,6 +1,7 @@
 //! Request routing: version checks, header and body decoding, and the handler per API.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -45,11 +46,23 @@ impl RequestContext {
     }
 }
 
+/// Who sent a request: the header's client id and the peer address (group membership shows both).
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    pub(crate) client_id: String,
+    /// Formatted as Kafka does: `/` followed by the IP address.
+    pub(crate) host: String,
+}
+
 pub(crate) fn ready(response: Option<Bytes>) -> Dispatched {
     Dispatched::Respond(Box::pin(std::future::ready(response)))
 }
 
-pub(crate) async fn dispatch(broker: &Arc<Broker>, mut frame: Bytes) -> Dispatched {
+pub(crate) async fn dispatch(
+    broker: &Arc<Broker>,
+    mut frame: Bytes,
+    peer: SocketAddr,
+) -> Dispatched {
     let prefix = match peek_request(&frame) {
         Ok(prefix) => prefix,
         Err(err) => return Dispatched::Close(err.to_string()),
@@ -69,23 +82,62 @@ pub(crate) async fn dispatch(broker: &Arc<Broker>, mut frame: Bytes) -> Dispatch
         }
         return Dispatched::Close(format!("unsupported version {version} of {api_key:?}"));
     }
-    if let Err(err) = decode_request_header(&mut frame, api_key, version) {
-        return Dispatched::Close(err.to_string());
-    }
+    let header = match decode_request_header(&mut frame, api_key, version) {
+        Ok(header) => header,
+        Err(err) => return Dispatched::Close(err.to_string()),
+    };
+    let caller = Caller {
+        client_id: header
+            .client_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        host: format!("/{}", peer.ip()),
+    };
     let request = match RequestKind::decode(api_key, &mut frame, version) {
         Ok(request) => request,
         Err(err) => return Dispatched::Close(format!("malformed {api_key:?} v{version}: {err}")),
     };
-    route(broker, context, request).await
+    route(broker, context, caller, request).await
 }
 
-async fn route(broker: &Arc<Broker>, context: RequestContext, request: RequestKind) -> Dispatched {
+async fn route(
+    broker: &Arc<Broker>,
+    context: RequestContext,
+    caller: Caller,
+    request: RequestKind,
+) -> Dispatched {
     use handlers::*;
     let broker = broker.clone();
     match request {
         RequestKind::ApiVersions(_) => ready(api_versions::handle(context)),
         RequestKind::FindCoordinator(request) => {
-            ready(coordinator::find_coordinator(context, request))
+            ready(coordinator::find_coordinator(&broker, context, request))
+        }
+        RequestKind::JoinGroup(request) => {
+            spawn(membership::join_group(broker, context, caller, request))
+        }
+        RequestKind::SyncGroup(request) => spawn(membership::sync_group(broker, context, request)),
+        RequestKind::Heartbeat(request) => ready(membership::heartbeat(&broker, context, request)),
+        RequestKind::LeaveGroup(request) => {
+            ready(membership::leave_group(&broker, context, request))
+        }
+        RequestKind::OffsetCommit(request) => {
+            spawn(group_offsets::offset_commit(broker, context, request))
+        }
+        RequestKind::OffsetFetch(request) => {
+            ready(group_offsets::offset_fetch(&broker, context, request))
+        }
+        RequestKind::OffsetDelete(request) => {
+            spawn(group_offsets::offset_delete(broker, context, request))
+        }
+        RequestKind::ListGroups(request) => {
+            ready(group_admin::list_groups(&broker, context, request))
+        }
+        RequestKind::DescribeGroups(request) => {
+            ready(group_admin::describe_groups(&broker, context, request))
+        }
+        RequestKind::DeleteGroups(request) => {
+            spawn(group_admin::delete_groups(broker, context, request))
         }
         RequestKind::Produce(request) => produce::handle(broker, context, request).await,
         RequestKind::Fetch(request) => spawn(fetch::handle(broker, context, request)),

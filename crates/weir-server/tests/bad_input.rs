@@ -104,7 +104,7 @@ async fn test_connection_unknown_api_key_or_version_closes_connection() {
     let cases = [
         (999i16, 0i16), // not a Kafka API
         (-1, 0),        // negative key
-        (11, 0),        // JoinGroup: a Kafka API Weir does not serve
+        (26, 0),        // EndTxn: a Kafka API Weir does not serve
         (0, 2),         // Produce below the served range
         (3, 99),        // Metadata above the served range
     ];

@@ -1,7 +1,7 @@
-//! FindCoordinator v0–v5. Consumer groups and transactions are not implemented yet, so every
-//! key gets COORDINATOR_NOT_AVAILABLE, the retriable answer a Kafka broker gives while its
-//! coordinator is loading. Listing the API matters beyond groups: librdkafka only enables LZ4
-//! for brokers that advertise FindCoordinator.
+//! FindCoordinator v0–v5 (batched keys at v4+). A group's coordinator is the agent chosen by
+//! hashing the group id over the live agents (`weir_groups::coordinator_for`). Transactions do not
+//! exist yet, so transaction keys get COORDINATOR_NOT_AVAILABLE. Listing this API also matters
+//! beyond groups: librdkafka only enables LZ4 for brokers that advertise FindCoordinator.
 
 use bytes::Bytes;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -9,11 +9,58 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use weir_protocol::error_code;
 
 use super::text;
+use crate::broker::Broker;
 use crate::dispatch::RequestContext;
 
-const REASON: &str = "consumer groups and transactions are not available on this agent yet";
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// Where a key's coordinator is, or why there is none.
+struct Located {
+    error_code: i16,
+    message: Option<&'static str>,
+    node_id: i32,
+    host: String,
+    port: i32,
+}
+
+fn locate(broker: &Broker, key_type: i8, key: &str) -> Located {
+    let unavailable = |error_code, message| Located {
+        error_code,
+        message: Some(message),
+        node_id: -1,
+        host: String::new(),
+        port: -1,
+    };
+    match key_type {
+        KEY_TYPE_GROUP => {}
+        KEY_TYPE_TRANSACTION => {
+            return unavailable(
+                error_code::COORDINATOR_NOT_AVAILABLE,
+                "transactions are not available on this agent",
+            )
+        }
+        _ => return unavailable(error_code::INVALID_REQUEST, "unknown coordinator key type"),
+    }
+    let settings = &broker.settings;
+    match broker.coordinator_of(key) {
+        // Only this agent's address is known until the agent registry exists.
+        Some(node_id) if node_id == settings.node_id => Located {
+            error_code: error_code::NONE,
+            message: None,
+            node_id,
+            host: settings.advertised_host.clone(),
+            port: settings.advertised_port,
+        },
+        _ => unavailable(
+            error_code::COORDINATOR_NOT_AVAILABLE,
+            "the coordinating agent is not reachable",
+        ),
+    }
+}
 
 pub(crate) fn find_coordinator(
+    broker: &Broker,
     context: RequestContext,
     request: FindCoordinatorRequest,
 ) -> Option<Bytes> {
@@ -23,20 +70,29 @@ pub(crate) fn find_coordinator(
             .coordinator_keys
             .into_iter()
             .map(|key| {
+                let located = locate(broker, request.key_type, &key);
                 Coordinator::default()
                     .with_key(key)
-                    .with_node_id(BrokerId(-1))
-                    .with_port(-1)
-                    .with_error_code(error_code::COORDINATOR_NOT_AVAILABLE)
-                    .with_error_message(Some(text(REASON)))
+                    .with_node_id(BrokerId(located.node_id))
+                    .with_host(text(located.host))
+                    .with_port(located.port)
+                    .with_error_code(located.error_code)
+                    .with_error_message(located.message.map(text))
             })
             .collect();
     } else {
-        response.error_code = error_code::COORDINATOR_NOT_AVAILABLE;
-        response.node_id = BrokerId(-1);
-        response.port = -1;
+        let key_type = if context.version >= 1 {
+            request.key_type
+        } else {
+            KEY_TYPE_GROUP
+        };
+        let located = locate(broker, key_type, &request.key);
+        response.error_code = located.error_code;
+        response.node_id = BrokerId(located.node_id);
+        response.host = text(located.host);
+        response.port = located.port;
         if context.version >= 1 {
-            response.error_message = Some(text(REASON));
+            response.error_message = located.message.map(text);
         }
     }
     context.encode(&response)

@@ -5,6 +5,9 @@ pub(crate) mod api_versions;
 pub(crate) mod configs;
 pub(crate) mod coordinator;
 pub(crate) mod fetch;
+pub(crate) mod group_admin;
+pub(crate) mod group_offsets;
+pub(crate) mod membership;
 pub(crate) mod metadata;
 pub(crate) mod offsets;
 pub(crate) mod produce;
@@ -14,6 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 use weir_common::TopicId;
 use weir_control::ControlError;
+use weir_groups::GroupError;
 use weir_protocol::error_code;
 
 pub(crate) fn topic_name(name: &str) -> TopicName {
@@ -48,4 +52,32 @@ pub(crate) fn control_error_code(error: &ControlError) -> i16 {
         ControlError::Unavailable(_) => error_code::REQUEST_TIMED_OUT,
         ControlError::ShuttingDown => error_code::NOT_LEADER_OR_FOLLOWER,
     }
+}
+
+/// The one mapping from group coordinator errors to Kafka error codes.
+pub(crate) fn group_error_code(error: &GroupError) -> i16 {
+    match error {
+        GroupError::RebalanceInProgress => error_code::REBALANCE_IN_PROGRESS,
+        GroupError::IllegalGeneration { .. } => error_code::ILLEGAL_GENERATION,
+        GroupError::UnknownMemberId(_) => error_code::UNKNOWN_MEMBER_ID,
+        GroupError::MemberIdRequired => error_code::MEMBER_ID_REQUIRED,
+        GroupError::FencedInstanceId(_) => error_code::FENCED_INSTANCE_ID,
+        GroupError::InconsistentGroupProtocol => error_code::INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::GroupIdNotFound(_) => error_code::GROUP_ID_NOT_FOUND,
+        GroupError::NonEmptyGroup(_) => error_code::NON_EMPTY_GROUP,
+        GroupError::NotCoordinator(_) => error_code::NOT_COORDINATOR,
+        GroupError::CoordinatorNotAvailable(_) => error_code::COORDINATOR_NOT_AVAILABLE,
+        GroupError::InvalidSessionTimeout { .. } => error_code::INVALID_SESSION_TIMEOUT,
+        GroupError::GroupMaxSizeReached(_) => error_code::GROUP_MAX_SIZE_REACHED,
+        GroupError::InvalidGroupId(_) => error_code::INVALID_GROUP_ID,
+        GroupError::InvalidRequest(_) => error_code::INVALID_REQUEST,
+    }
+}
+
+/// An optional error code: `NONE` for success.
+pub(crate) fn group_result_code(result: &Result<(), GroupError>) -> i16 {
+    result
+        .as_ref()
+        .err()
+        .map_or(error_code::NONE, group_error_code)
 }

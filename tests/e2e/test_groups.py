@@ -1,0 +1,197 @@
+"""Consumer groups with real clients: the classic protocol through Weir's
+coordinator, committed offsets in the control plane.
+
+Members run as separate processes (group_member.py) so a test can SIGTERM
+one (clean LeaveGroup) or SIGKILL it (found only by the session timeout).
+Correctness is checked from both sides: the coordinator's view
+(DescribeGroups through the AdminClient: every partition assigned exactly once
+in each stable generation) and the members' logs (every produced record
+consumed at least once). Every wait is bounded; nothing asserts on durations.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition
+
+from conftest import _PDEATHSIG_PREFIX
+from weirtest import (Rec, ck_admin, ck_consumer, ck_create_topics, ck_produce,
+                      kcat_run, unique)
+
+MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
+GROUP_WAIT_S = 90.0
+SESSION_MS = 6000
+
+
+class Member:
+    """One group member process; its events are read back from a JSON-lines file."""
+
+    def __init__(self, tmp_path: Path, name: str, **conf):
+        self.name = name
+        self.out = tmp_path / f"member-{name}.jsonl"
+        self.conf = {"client": "ck", "instance_id": None,
+                     "session_timeout_ms": SESSION_MS, "out": str(self.out), **conf}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Member":
+        log = open(self.out.with_suffix(".log"), "ab")
+        self.proc = subprocess.Popen(
+            _PDEATHSIG_PREFIX + [sys.executable, str(MEMBER_SCRIPT), json.dumps(self.conf)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return self
+
+    def events(self) -> list:
+        if not self.out.exists():
+            return []
+        out = []
+        for line in self.out.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by kill -9
+                pass
+        return out
+
+    def consumed(self) -> set:
+        return {(e["p"], e["o"]) for e in self.events() if e["ev"] == "msg"}
+
+    def last_assignment(self) -> list | None:
+        assigns = [e["parts"] for e in self.events() if e["ev"] in ("assign", "revoke")
+                   and e["ev"] == "assign"]
+        return assigns[-1] if assigns else None
+
+    def stop(self) -> None:
+        """SIGTERM: the member closes its consumer (LeaveGroup) and exits."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+                raise AssertionError(f"member {self.name} did not exit after SIGTERM")
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def members(tmp_path):
+    started: list[Member] = []
+
+    def make(name: str, **conf) -> Member:
+        m = Member(tmp_path, name, **conf).start()
+        started.append(m)
+        return m
+
+    yield make
+    for m in started:
+        m.kill9()
+
+
+def describe(admin, group: str):
+    return admin.describe_consumer_groups([group], request_timeout=15)[group].result(timeout=30)
+
+
+def wait_stable(admin, group: str, topic: str, n_members: int, n_partitions: int):
+    """Wait until the coordinator reports a Stable group of `n_members` whose
+    assignments cover every partition of `topic` exactly once."""
+    deadline = time.monotonic() + GROUP_WAIT_S
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            d = describe(admin, group)
+        except KafkaException as e:
+            last = repr(e)
+            time.sleep(0.3)
+            continue
+        parts = sorted(tp.partition for m in d.members
+                       for tp in (m.assignment.topic_partitions if m.assignment else [])
+                       if tp.topic == topic)
+        last = (d.state, len(d.members), parts)
+        if d.state == ConsumerGroupState.STABLE:
+            assert len(parts) == len(set(parts)), f"a partition is assigned twice: {parts}"
+            # A leader whose metadata is not yet fresh may assign nothing for a moment;
+            # it rejoins once it sees the topic, so wait for full coverage.
+            if len(d.members) == n_members and parts == list(range(n_partitions)):
+                return d
+        time.sleep(0.3)
+    raise AssertionError(f"group {group} not stable with {n_members} members: last {last}")
+
+
+def wait_members_hold(live: list, n_partitions: int):
+    """Wait until the live members' own latest assignments partition the topic."""
+    deadline = time.monotonic() + GROUP_WAIT_S
+    while time.monotonic() < deadline:
+        held = [m.last_assignment() or [] for m in live]
+        flat = sorted(p for parts in held for p in parts)
+        if flat == list(range(n_partitions)):
+            return held
+        time.sleep(0.2)
+    raise AssertionError(f"members never held every partition once: {held}")
+
+
+def produce_round(bootstrap: str, topic: str, n_partitions: int, count: int, tag: str) -> list:
+    recs = [Rec(topic, i % n_partitions, f"{tag}-{i}".encode(), f"v-{tag}-{i}".encode())
+            for i in range(count)]
+    return [(a.partition, a.offset) for a in ck_produce(bootstrap, recs)]
+
+
+def wait_consumed(all_members: list, produced: set, timeout: float = GROUP_WAIT_S) -> set:
+    deadline = time.monotonic() + timeout
+    seen: set = set()
+    while time.monotonic() < deadline:
+        seen = set().union(*(m.consumed() for m in all_members))
+        if produced <= seen:
+            return seen
+        time.sleep(0.3)
+    missing = sorted(produced - seen)
+    raise AssertionError(f"{len(missing)} produced records never consumed, first {missing[:10]}")
+
+
+def run_membership_churn(agent, members, client: str, n_partitions: int, per_round: int):
+    """Three members join one by one, then one leaves cleanly and one is
+    kill -9'd; after each change the coordinator's stable generation must
+    assign every partition exactly once, and every record produced along the
+    way must be consumed at least once."""
+    topic, group = unique("grp"), unique("g")
+    ck_create_topics(agent.bootstrap, {topic: n_partitions})
+    admin = ck_admin(agent.bootstrap)
+    produced = set(produce_round(agent.bootstrap, topic, n_partitions, per_round, "r0"))
+    conf = dict(client=client, bootstrap=agent.bootstrap, topic=topic, group=group)
+    a = members("a", **conf)
+    wait_stable(admin, group, topic, 1, n_partitions)
+    b = members("b", **conf)
+    wait_stable(admin, group, topic, 2, n_partitions)
+    produced |= set(produce_round(agent.bootstrap, topic, n_partitions, per_round, "r1"))
+    c = members("c", **conf)
+    wait_stable(admin, group, topic, 3, n_partitions)
+    wait_members_hold([a, b, c], n_partitions)
+    produced |= set(produce_round(agent.bootstrap, topic, n_partitions, per_round, "r2"))
+    c.stop()  # clean leave
+    wait_stable(admin, group, topic, 2, n_partitions)
+    produced |= set(produce_round(agent.bootstrap, topic, n_partitions, per_round, "r3"))
+    b.kill9()  # only the session timeout can find this one
+    wait_stable(admin, group, topic, 1, n_partitions)
+    wait_members_hold([a], n_partitions)
+    produced |= set(produce_round(agent.bootstrap, topic, n_partitions, per_round, "r4"))
+    seen = wait_consumed([a, b, c], produced)
+    assert seen <= produced, f"consumed records that were never produced: {sorted(seen - produced)[:10]}"
+    a.stop()
+    d = describe(admin, group)
+    assert d.state == ConsumerGroupState.EMPTY and not d.members
+
+
+def test_confluent_group_join_leave_kill(agent, members):
+    run_membership_churn(agent, members, "ck", n_partitions=12, per_round=240)
+
+
+def test_kafka_python_group_join_leave_kill(agent, members):
+    run_membership_churn(agent, members, "kp", n_partitions=6, per_round=60)
