@@ -5,6 +5,7 @@
 
 mod backoff;
 mod clock;
+pub mod failpoint;
 mod ids;
 
 pub use backoff::Backoff;

@@ -354,6 +354,7 @@ impl Writer {
 
     /// A slot is durable: publish its high watermarks and answer its callers.
     fn complete(&self, slot: PendingSlot, epoch: u64) {
+        weir_common::failpoint::hit(weir_common::failpoint::AFTER_LOG_WRITE_BEFORE_PUBLISH);
         if !slot.publish.is_empty() {
             let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
             for (topic_id, partition, high_watermark) in &slot.publish {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tracing::warn;
-use weir_common::FileId;
+use weir_common::{failpoint, FileId};
 use weir_control::{BatchOutcome, ControlError, ControlPlane, Entry, EntryResult, FileCommit};
 
 use crate::batcher::TicketSlot;
@@ -127,6 +127,7 @@ impl Committer {
         chain: &mut Chain,
         results: &mpsc::UnboundedSender<bool>,
     ) {
+        failpoint::hit(failpoint::AFTER_UPLOAD_BEFORE_COMMIT);
         commit.buckets = holders.iter().map(|h| *h as u8).collect();
         commit.agent = self.agent.clone();
         commit.previous = chain.tip;
@@ -141,6 +142,7 @@ impl Committer {
         tokio::spawn(async move {
             let committed = match pending.await {
                 Ok(EntryResult::CommitFile(outcomes)) => {
+                    failpoint::hit(failpoint::AFTER_COMMIT_BEFORE_ACK);
                     let chained = !outcomes.iter().any(|o| {
                         matches!(
                             o,

@@ -11,7 +11,7 @@ use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
 use weir_produce::{ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
-use weir_storage::{maybe_wrap, open_store, QuorumWriter, ReadCache};
+use weir_storage::{maybe_wrap, open_store, LatencyProfile, ModelStore, QuorumWriter, ReadCache};
 
 use crate::config::Config;
 use crate::AgentArgs;
@@ -46,6 +46,19 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
         );
         config.storage.profile = profile.clone();
     }
+    if let Some(failpoints) = &args.failpoints {
+        config.agent.failpoints = failpoints.clone();
+    }
+    if let Some(rate) = args.storage_error_rate {
+        anyhow::ensure!(
+            (0.0..1.0).contains(&rate),
+            "--storage-error-rate must be in [0, 1)"
+        );
+        config.storage.error_rate = rate;
+    }
+    if let Some(seed) = args.fault_seed {
+        config.storage.fault_seed = seed;
+    }
     if let Some(inflight) = args.max_inflight_per_connection {
         anyhow::ensure!(
             inflight >= 1,
@@ -69,11 +82,15 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
         .enumerate()
         .map(|(index, url)| {
             let store = open_store(url).with_context(|| format!("opening bucket {url}"))?;
-            let wrapped = maybe_wrap(
-                store,
-                &config.storage.profile,
-                seed.wrapping_add(index as u64),
-            )?;
+            let bucket_seed = seed.wrapping_add(index as u64);
+            if config.storage.error_rate == 0.0 {
+                return Ok(maybe_wrap(store, &config.storage.profile, bucket_seed)?);
+            }
+            let profile = LatencyProfile::named(&config.storage.profile)
+                .context("unknown storage profile")?
+                .with_error_rate(config.storage.error_rate);
+            let wrapped: Arc<dyn ObjectStore> =
+                Arc::new(ModelStore::new(store, profile, bucket_seed)?);
             Ok(wrapped)
         })
         .collect()
@@ -82,7 +99,13 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let seed = (clock.now_ms() as u64) ^ u64::from(std::process::id()).rotate_left(32);
-    let buckets = open_buckets(&config, seed)?;
+    weir_common::failpoint::configure(&config.agent.failpoints).map_err(anyhow::Error::msg)?;
+    let fault_seed = if config.storage.fault_seed == 0 {
+        seed
+    } else {
+        config.storage.fault_seed
+    };
+    let buckets = open_buckets(&config, fault_seed)?;
     let listener = tokio::net::TcpListener::bind(&config.agent.listen)
         .await
         .with_context(|| format!("binding {}", config.agent.listen))?;

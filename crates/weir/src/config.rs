@@ -28,6 +28,7 @@ pub(crate) struct AgentConfig {
     pub(crate) node_id: i32,
     pub(crate) rack: String,
     pub(crate) data_dir: PathBuf,
+    pub(crate) failpoints: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -51,6 +52,8 @@ pub(crate) struct StorageConfig {
     pub(crate) ingest_buckets: Vec<String>,
     pub(crate) quorum: usize,
     pub(crate) profile: String,
+    pub(crate) error_rate: f64,
+    pub(crate) fault_seed: u64,
     pub(crate) cache_bytes: usize,
 }
 
@@ -112,6 +115,9 @@ impl Config {
         }
         if self.kafka.max_frame_bytes < 1024 || self.kafka.max_frame_bytes > i32::MAX as usize {
             bail!("kafka.max_frame_bytes must be between 1 KiB and 2 GiB");
+        }
+        if !(0.0..1.0).contains(&self.storage.error_rate) {
+            bail!("storage.error_rate must be in [0, 1)");
         }
         if weir_storage::LatencyProfile::named(&self.storage.profile).is_none() {
             bail!(

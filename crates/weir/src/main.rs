@@ -53,6 +53,15 @@ pub(crate) struct AgentArgs {
     /// Requests one connection may have in flight (1 disables produce pipelining).
     #[arg(long)]
     max_inflight_per_connection: Option<usize>,
+    /// Test-only fail points, e.g. after-upload-before-commit=abort@3.
+    #[arg(long)]
+    failpoints: Option<String>,
+    /// Fraction of object-store requests that fail (retriably), for fault tests.
+    #[arg(long)]
+    storage_error_rate: Option<f64>,
+    /// Seed of the storage latency/fault model (0: random).
+    #[arg(long)]
+    fault_seed: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {

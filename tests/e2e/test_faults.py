@@ -1,0 +1,129 @@
+"""Fault scenarios of the reliability harness. Each is repeatable from its seed: the seed picks the
+crash points (kill times, fail-point hit counts) and seeds the storage fault model.
+
+Every scenario runs idempotent producers through the fault and must show 0 lost, 0 duplicated,
+0 reordered records and no offset gaps (checker.py). Reports are printed as JSON lines and
+appended to $WEIR_RELIABILITY_REPORT when set (docs/reliability.md quotes them)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+
+from checker import CheckedProducer, Report, verify
+from weirtest import ck_create_topics, unique
+
+PARTITIONS = 4
+WAIT_S = 90.0
+IDEMPOTENT = {"enable.idempotence": True}
+
+
+def wait_until(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def publish(report: Report) -> None:
+    line = report.line()
+    print(line)
+    path = os.environ.get("WEIR_RELIABILITY_REPORT")
+    if path:
+        with open(path, "a") as out:
+            out.write(line + "\n")
+
+
+def finish(agent, topic: str, producers: list[CheckedProducer], report: Report) -> Report:
+    for producer in producers:
+        producer.stop()
+    for producer in producers:
+        producer.join(200)
+        assert not producer.is_alive(), "producer did not finish"
+        assert producer.exc is None, producer.exc
+        assert producer.remaining == 0, f"{producer.remaining} records undelivered"
+    verify(agent.bootstrap, topic, PARTITIONS, producers, report)
+    publish(report)
+    assert report.acked > 0
+    assert report.lost == 0, report.line()
+    assert report.duplicated == 0, report.line()
+    assert report.reordered == 0, report.line()
+    assert report.gaps == 0, report.line()
+    # librdkafka retries until message.timeout.ms (180 s): a failed delivery means the agent
+    # gave a non-retriable answer to a fault.
+    assert report.failed_deliveries == 0, report.line()
+    return report
+
+
+def start_producers(agent, topic: str, count: int = 2) -> list[CheckedProducer]:
+    producers = [CheckedProducer(agent.bootstrap, topic, PARTITIONS, f"p{i}", IDEMPOTENT)
+                 for i in range(count)]
+    for producer in producers:
+        producer.start()
+    return producers
+
+
+def acked(producers) -> int:
+    return sum(p.n_acked() for p in producers)
+
+
+@pytest.mark.parametrize("seed", [7, 1234])
+def test_fault_kill9_at_random_points(agent, seed):
+    """kill -9 the agent three times at seeded random moments under load."""
+    rng = random.Random(seed)
+    topic = unique("kill9")
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
+    producers = start_producers(agent, topic)
+    report = Report("kill9-random", seed)
+    for _ in range(3):
+        target = acked(producers) + rng.randint(100, 1500)
+        wait_until(lambda: acked(producers) >= target, WAIT_S, "acks before a kill")
+        time.sleep(rng.uniform(0, 0.3))
+        agent.kill9()
+        report.crashes += 1
+        time.sleep(rng.uniform(0.05, 0.5))
+        agent.start()
+    after = acked(producers) + 300
+    wait_until(lambda: acked(producers) >= after, WAIT_S, "acks after the last restart")
+    finish(agent, topic, producers, report)
+
+
+@pytest.mark.parametrize("point", ["after-upload-before-commit", "after-commit-before-ack",
+                                   "after-log-write-before-publish"])
+def test_fault_failpoint_crash(agent, point):
+    """The agent aborts itself at a named protocol window on a seeded hit count, then restarts."""
+    seed = sum(map(ord, point))
+    hit = random.Random(seed).randint(20, 80)
+    topic = unique("fp")
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
+    agent.stop()
+    agent.start(extra_args=["--failpoints", f"{point}=abort@{hit}"])
+    producers = start_producers(agent, topic)
+    report = Report(f"failpoint:{point}@{hit}", seed)
+    # The agent is expected to die by itself.
+    wait_until(lambda: not agent.alive(), WAIT_S, f"the agent to abort at {point}")
+    agent.kill9()  # reap and mark as expected
+    report.crashes += 1
+    acked_at_crash = acked(producers)
+    agent.start(extra_args=[])
+    wait_until(lambda: acked(producers) >= acked_at_crash + 500, WAIT_S, "acks after restart")
+    finish(agent, topic, producers, report)
+
+
+@pytest.mark.parametrize("seed", [42])
+def test_fault_storage_errors_and_latency(agent, seed):
+    """5% of object-store requests (data files and metadata log) fail after s3-express latency."""
+    topic = unique("storefault")
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
+    agent.stop()
+    agent.start(extra_args=["--storage-profile", "s3-express", "--storage-error-rate", "0.05",
+                            "--fault-seed", str(seed)])
+    producers = start_producers(agent, topic)
+    report = Report("storage-errors-5pct-s3-express", seed)
+    wait_until(lambda: acked(producers) >= 3000, WAIT_S, "acks under storage faults")
+    finish(agent, topic, producers, report)
