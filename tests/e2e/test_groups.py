@@ -195,3 +195,111 @@ def test_confluent_group_join_leave_kill(agent, members):
 
 def test_kafka_python_group_join_leave_kill(agent, members):
     run_membership_churn(agent, members, "kp", n_partitions=6, per_round=60)
+
+
+def assignment_by_instance(d) -> dict:
+    return {m.group_instance_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+            for m in d.members}
+
+
+def test_static_member_restart_gets_its_partitions_back_without_rebalance(agent, members):
+    """KIP-345: a member restarted with the same group.instance.id (within the
+    session timeout) replaces its old self; the others are not revoked."""
+    n_partitions = 6
+    topic, group = unique("static"), unique("g")
+    ck_create_topics(agent.bootstrap, {topic: n_partitions})
+    admin = ck_admin(agent.bootstrap)
+    conf = dict(bootstrap=agent.bootstrap, topic=topic, group=group, session_timeout_ms=30000)
+    live = []
+    for i in range(3):
+        live.append(members(f"s{i}", instance_id=f"instance-{i}", **conf))
+        wait_stable(admin, group, topic, i + 1, n_partitions)
+    wait_members_hold(live, n_partitions)
+    before = assignment_by_instance(describe(admin, group))
+    old_member_ids = {m.member_id for m in describe(admin, group).members}
+    revokes_before = [sum(e["ev"] == "revoke" for e in m.events()) for m in live[:2]]
+    live[2].kill9()  # a static member's close sends no LeaveGroup either; kill is the harsher case
+    restarted = members("s2-again", instance_id="instance-2", **conf)
+    deadline = time.monotonic() + GROUP_WAIT_S
+    while time.monotonic() < deadline and restarted.last_assignment() is None:
+        time.sleep(0.2)
+    assert restarted.last_assignment() == before["instance-2"], \
+        f"restarted member got {restarted.last_assignment()}, had {before['instance-2']}"
+    after = describe(admin, group)
+    assert after.state == ConsumerGroupState.STABLE
+    assert assignment_by_instance(after) == before
+    new_ids = {m.member_id for m in after.members}
+    assert len(new_ids - old_member_ids) == 1, "only the restarted member has a new member id"
+    revokes_after = [sum(e["ev"] == "revoke" for e in m.events()) for m in live[:2]]
+    assert revokes_after == revokes_before, "the other members were revoked"
+    # Still one generation later: everything produced now is consumed by its owner.
+    produced = set(produce_round(agent.bootstrap, topic, n_partitions, 60, "after"))
+    wait_consumed([live[0], live[1], restarted], produced)
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, n_partitions: int) -> dict:
+    c = ck_consumer(bootstrap, {"group.id": group})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(n_partitions)], timeout=30)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()
+
+
+def test_committed_offsets_survive_agent_restart(agent, members):
+    n_partitions = 4
+    topic, group = unique("durable"), unique("g")
+    ck_create_topics(agent.bootstrap, {topic: n_partitions})
+    first = set(produce_round(agent.bootstrap, topic, n_partitions, 200, "first"))
+    conf = dict(bootstrap=agent.bootstrap, topic=topic, group=group)
+    m1 = members("m1", **conf)
+    wait_consumed([m1], first)
+    m1.stop()
+    committed = committed_offsets(agent.bootstrap, group, topic, n_partitions)
+    assert committed == {p: 50 for p in range(n_partitions)}, committed
+    agent.restart(kill=True)  # offsets must come back from the metadata log
+    assert committed_offsets(agent.bootstrap, group, topic, n_partitions) == committed
+    second = set(produce_round(agent.bootstrap, topic, n_partitions, 100, "second"))
+    m2 = members("m2", **conf)
+    seen = wait_consumed([m2], second)
+    assert not (seen & first), "the group resumed before its committed offsets"
+    m2.stop()
+    assert committed_offsets(agent.bootstrap, group, topic, n_partitions) == \
+        {p: 75 for p in range(n_partitions)}
+
+
+def test_admin_list_describe_delete_groups_and_kcat(agent, members, kcat):
+    n_partitions = 3
+    topic, group = unique("admin"), unique("g")
+    ck_create_topics(agent.bootstrap, {topic: n_partitions})
+    produced = set(produce_round(agent.bootstrap, topic, n_partitions, 30, "x"))
+    admin = ck_admin(agent.bootstrap)
+    m = members("only", bootstrap=agent.bootstrap, topic=topic, group=group)
+    d = wait_stable(admin, group, topic, 1, n_partitions)
+    assert not d.is_simple_consumer_group
+    assert d.partition_assignor in ("range", "roundrobin"), d.partition_assignor
+    assert d.coordinator.id >= 0
+    assert d.members[0].client_id == "weir-e2e-member"
+    listed = admin.list_consumer_groups(request_timeout=15).result(timeout=30)
+    by_id = {g.group_id: g for g in listed.valid}
+    assert by_id[group].state == ConsumerGroupState.STABLE, by_id
+    assert not by_id[group].is_simple_consumer_group
+    wait_consumed([m], produced)
+    # A group with members cannot be deleted.
+    with pytest.raises(KafkaException) as refused:
+        admin.delete_consumer_groups([group], request_timeout=15)[group].result(timeout=30)
+    assert "NON_EMPTY_GROUP" in str(refused.value) or "not empty" in str(refused.value).lower()
+    m.stop()
+    assert describe(admin, group).state == ConsumerGroupState.EMPTY
+    admin.delete_consumer_groups([group], request_timeout=15)[group].result(timeout=30)
+    listed = admin.list_consumer_groups(request_timeout=15).result(timeout=30)
+    assert group not in {g.group_id for g in listed.valid}
+    assert committed_offsets(agent.bootstrap, group, topic, n_partitions) == \
+        {p: -1001 for p in range(n_partitions)}, "offsets deleted with the group"
+    # kcat -G: a balanced consumer of its own group reads everything.
+    r = kcat_run(kcat, ["-b", agent.bootstrap, "-G", unique("kcat"), topic, "-c", str(len(produced)),
+                        "-J", "-q", "-X", "auto.offset.reset=earliest",
+                        "-X", "session.timeout.ms=6000"], timeout=120)
+    got = {(j["partition"], j["offset"]) for j in map(json.loads, r.stdout.decode().splitlines())
+           if j.get("partition") is not None}
+    assert got == produced
