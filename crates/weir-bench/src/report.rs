@@ -1,0 +1,259 @@
+//! Latency summaries, the final report, its text table and its JSON form.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Highest latency the histograms track, in microseconds (one hour).
+pub const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+/// A latency histogram in microseconds, 3 significant figures.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
+}
+
+/// Records `us` microseconds, clamped into the histogram's range.
+pub fn record(histogram: &mut Histogram<u64>, us: u64) {
+    let _ = histogram.record(us.clamp(1, MAX_LATENCY_US));
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Latency {
+    pub count: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    pub fn from_histogram(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency {
+            count: h.len(),
+            mean_ms: h.mean() / 1000.0,
+            p50_ms: ms(h.value_at_quantile(0.50)),
+            p95_ms: ms(h.value_at_quantile(0.95)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            p999_ms: ms(h.value_at_quantile(0.999)),
+            max_ms: ms(h.max()),
+        }
+    }
+}
+
+/// What the agent process used during the measured window (only when its pid is known).
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct AgentUsage {
+    pub pid: u32,
+    /// utime + stime over the measured window.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds` per MiB acknowledged in the window.
+    pub cpu_seconds_per_mib: f64,
+    /// VmHWM at the end of the run.
+    pub peak_rss_mib: f64,
+}
+
+/// Objects in the agent's local bucket after the run: each file is one PUT.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct ObjectCounts {
+    pub bucket: String,
+    /// Data files (`ingest/`).
+    pub ingest_files: u64,
+    /// Metadata log slots (`meta/log/`).
+    pub meta_log_files: u64,
+    /// Everything else (snapshots, epochs).
+    pub other_files: u64,
+    pub total_puts: u64,
+    /// Bytes acknowledged over the whole run (warm-up included), which the objects hold.
+    pub acked_bytes: u64,
+    pub puts_per_gib: f64,
+    pub ingest_puts_per_gib: f64,
+    /// At the assumed S3 Standard PUT price (see `S3_STANDARD_PUT_USD_PER_1000`).
+    pub usd_per_gib_s3_standard: f64,
+    /// At the assumed S3 Express One Zone PUT price plus its per-GB upload charge.
+    pub usd_per_gib_s3_express: f64,
+}
+
+/// S3 Standard PUT/COPY/POST/LIST, us-east-1, USD per 1,000 requests (AWS price list, 2025).
+pub const S3_STANDARD_PUT_USD_PER_1000: f64 = 0.005;
+/// S3 Express One Zone PUT, USD per 1,000 requests (AWS price list after the April 2025 cut).
+pub const S3_EXPRESS_PUT_USD_PER_1000: f64 = 0.00113;
+/// S3 Express One Zone data upload charge, USD per GB (same list).
+pub const S3_EXPRESS_UPLOAD_USD_PER_GB: f64 = 0.0032;
+
+impl ObjectCounts {
+    /// Fills the derived per-GiB fields.
+    pub fn finish(mut self) -> Self {
+        self.total_puts = self.ingest_files + self.meta_log_files + self.other_files;
+        let gib = self.acked_bytes as f64 / (1u64 << 30) as f64;
+        if gib > 0.0 {
+            self.puts_per_gib = self.total_puts as f64 / gib;
+            self.ingest_puts_per_gib = self.ingest_files as f64 / gib;
+            self.usd_per_gib_s3_standard =
+                self.puts_per_gib * S3_STANDARD_PUT_USD_PER_1000 / 1000.0;
+            self.usd_per_gib_s3_express = self.puts_per_gib * S3_EXPRESS_PUT_USD_PER_1000 / 1000.0
+                + S3_EXPRESS_UPLOAD_USD_PER_GB * (1u64 << 30) as f64 / 1e9;
+        }
+        self
+    }
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Report {
+    pub workload: String,
+    pub bootstrap: String,
+    pub topics: Vec<String>,
+    pub message_size: usize,
+    /// Offered rate (messages/s over all producers); 0: as fast as possible.
+    pub target_rate: f64,
+    pub warmup_seconds: f64,
+    pub duration_seconds: f64,
+    /// Messages handed to the client in the measured window.
+    pub sent: u64,
+    /// Messages acknowledged in the measured window.
+    pub published: u64,
+    /// Messages read in the measured window (all subscriptions).
+    pub consumed: u64,
+    pub publish_rate_msgs: f64,
+    pub publish_rate_mib: f64,
+    pub consume_rate_msgs: f64,
+    pub consume_rate_mib: f64,
+    /// Delivery failures plus consumer errors over the whole run.
+    pub errors: u64,
+    /// First few error messages.
+    pub error_samples: Vec<String>,
+    /// Acknowledged over the whole run, warm-up and drain included.
+    pub total_published: u64,
+    /// Consumed over the whole run; equals total_published × subscriptions when nothing is lost.
+    pub total_consumed: u64,
+    /// Acked time − send time (or the intended send time at a fixed rate).
+    pub publish_latency: Latency,
+    /// Read time − send timestamp carried in the payload.
+    pub end_to_end_latency: Latency,
+    pub agent: Option<AgentUsage>,
+    pub objects: Option<ObjectCounts>,
+}
+
+impl Report {
+    /// The human-readable final table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "workload {:?} against {} ({} topic(s), {} B messages, {:.1} s measured after {:.1} s warm-up)",
+            self.workload,
+            self.bootstrap,
+            self.topics.len(),
+            self.message_size,
+            self.duration_seconds,
+            self.warmup_seconds
+        );
+        let _ = writeln!(
+            out,
+            "publish  {:>12.1} msg/s {:>10.2} MiB/s   ({} acked, {} sent)",
+            self.publish_rate_msgs, self.publish_rate_mib, self.published, self.sent
+        );
+        let _ = writeln!(
+            out,
+            "consume  {:>12.1} msg/s {:>10.2} MiB/s   ({} read)",
+            self.consume_rate_msgs, self.consume_rate_mib, self.consumed
+        );
+        let _ = writeln!(
+            out,
+            "{:<16}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            "latency (ms)", "mean", "p50", "p95", "p99", "p99.9", "max", "count"
+        );
+        for (name, l) in [
+            ("publish", &self.publish_latency),
+            ("end-to-end", &self.end_to_end_latency),
+        ] {
+            let _ = writeln!(
+                out,
+                "{:<16}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10}",
+                name, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms, l.count
+            );
+        }
+        let _ = writeln!(
+            out,
+            "errors   {}   (whole run: {} published, {} consumed)",
+            self.errors, self.total_published, self.total_consumed
+        );
+        for sample in &self.error_samples {
+            let _ = writeln!(out, "  error: {sample}");
+        }
+        if let Some(a) = &self.agent {
+            let _ = writeln!(
+                out,
+                "agent pid {}: {:.2} CPU s in window, {:.4} CPU s/MiB, peak RSS {:.1} MiB",
+                a.pid, a.cpu_seconds, a.cpu_seconds_per_mib, a.peak_rss_mib
+            );
+        }
+        if let Some(o) = &self.objects {
+            let _ = writeln!(
+                out,
+                "objects in {}: {} ingest + {} meta/log + {} other = {} PUTs for {:.3} GiB: {:.0} PUTs/GiB ({:.0} ingest); ${:.4}/GiB S3 Standard, ${:.4}/GiB S3 Express",
+                o.bucket,
+                o.ingest_files,
+                o.meta_log_files,
+                o.other_files,
+                o.total_puts,
+                o.acked_bytes as f64 / (1u64 << 30) as f64,
+                o.puts_per_gib,
+                o.ingest_puts_per_gib,
+                o.usd_per_gib_s3_standard,
+                o.usd_per_gib_s3_express
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_latency_percentiles_in_ms() {
+        let mut h = new_histogram();
+        for us in 1..=1000u64 {
+            record(&mut h, us * 1000);
+        }
+        let l = Latency::from_histogram(&h);
+        assert_eq!(l.count, 1000);
+        assert!((l.p50_ms - 500.0).abs() < 1.0, "{l:?}");
+        assert!((l.p99_ms - 990.0).abs() < 1.0, "{l:?}");
+        assert!((l.max_ms - 1000.0).abs() < 1.0, "{l:?}");
+        assert_eq!(
+            Latency::from_histogram(&new_histogram()),
+            Latency::default()
+        );
+    }
+
+    #[test]
+    fn test_object_costs_per_gib() {
+        let o = ObjectCounts {
+            ingest_files: 1000,
+            meta_log_files: 1000,
+            acked_bytes: 1 << 30,
+            ..Default::default()
+        }
+        .finish();
+        assert_eq!(o.total_puts, 2000);
+        assert!((o.puts_per_gib - 2000.0).abs() < 1e-9);
+        assert!((o.usd_per_gib_s3_standard - 0.01).abs() < 1e-9);
+        let json = serde_json::to_string(&Report {
+            objects: Some(o),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(json.contains("\"puts_per_gib\":2000.0"));
+    }
+}

@@ -1,0 +1,544 @@
+//! Running a workload: topics, consumers, paced producers, live progress, the final report.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::agent;
+use crate::report::{self, AgentUsage, Latency, Report};
+use crate::workload::Workload;
+
+/// How to run a workload.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub bootstrap: String,
+    /// Extra librdkafka producer properties (after the defaults: acks=all, linger.ms=5).
+    pub producer_config: Vec<(String, String)>,
+    /// Extra librdkafka consumer properties.
+    pub consumer_config: Vec<(String, String)>,
+    /// Overrides `producerRate` (messages/s over all producers; 0: as fast as possible).
+    pub rate: Option<f64>,
+    /// Overrides the measured duration.
+    pub duration: Option<Duration>,
+    /// Overrides the warm-up.
+    pub warmup: Option<Duration>,
+    /// Live progress line period on stderr; zero: none.
+    pub progress_interval: Duration,
+    /// Topic name prefix; a random suffix keeps runs apart.
+    pub topic_prefix: String,
+    /// Agent process to read CPU time and peak RSS from.
+    pub agent_pid: Option<u32>,
+    /// A `file://` bucket directory whose objects are counted after the run.
+    pub bucket_dir: Option<PathBuf>,
+    /// Longest wait after producing stops for consumers to catch up.
+    pub drain_timeout: Duration,
+}
+
+impl Options {
+    pub fn new(bootstrap: impl Into<String>) -> Self {
+        Options {
+            bootstrap: bootstrap.into(),
+            producer_config: Vec::new(),
+            consumer_config: Vec::new(),
+            rate: None,
+            duration: None,
+            warmup: None,
+            progress_interval: Duration::from_secs(5),
+            topic_prefix: "weir-bench".into(),
+            agent_pid: None,
+            bucket_dir: None,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A report and the histograms behind it (for plots).
+pub struct Outcome {
+    pub report: Report,
+    pub publish_histogram: Histogram<u64>,
+    pub end_to_end_histogram: Histogram<u64>,
+}
+
+/// Whole-run and since-last-progress histograms of one client.
+struct Hists {
+    total: Histogram<u64>,
+    interval: Histogram<u64>,
+}
+
+impl Hists {
+    fn new() -> Self {
+        Hists {
+            total: report::new_histogram(),
+            interval: report::new_histogram(),
+        }
+    }
+    fn record(&mut self, us: u64) {
+        report::record(&mut self.total, us);
+        report::record(&mut self.interval, us);
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    acked: AtomicU64,
+    acked_bytes: AtomicU64,
+    consumed: AtomicU64,
+    consumed_bytes: AtomicU64,
+    errors: AtomicU64,
+    error_samples: Mutex<Vec<String>>,
+}
+
+impl Counters {
+    fn error(&self, message: String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut samples = self.error_samples.lock().expect("error samples");
+        if samples.len() < 5 {
+            samples.push(message);
+        }
+    }
+}
+
+/// Microseconds since the UNIX epoch: the timestamp written into each payload.
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+struct ProducerStats {
+    counters: Arc<Counters>,
+    hists: Arc<Mutex<Hists>>,
+    /// Base of the per-message opaque (microseconds since this instant).
+    epoch: Instant,
+}
+
+impl ClientContext for ProducerStats {}
+
+impl ProducerContext for ProducerStats {
+    /// Send (or intended send) time, microseconds since `epoch`.
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, sent_us: usize) {
+        match result {
+            Ok(message) => {
+                let now = self.epoch.elapsed().as_micros() as u64;
+                self.counters.acked.fetch_add(1, Ordering::Relaxed);
+                let len = message.payload_len() as u64;
+                self.counters.acked_bytes.fetch_add(len, Ordering::Relaxed);
+                self.hists
+                    .lock()
+                    .expect("producer histograms")
+                    .record(now.saturating_sub(sent_us as u64));
+            }
+            Err((error, _)) => self.counters.error(format!("delivery: {error}")),
+        }
+    }
+}
+
+fn create_topics(
+    bootstrap: &str,
+    names: &[String],
+    partitions: i32,
+    extra: &[(String, String)],
+) -> anyhow::Result<()> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    for (k, v) in extra {
+        if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") {
+            config.set(k, v);
+        }
+    }
+    let admin: AdminClient<DefaultClientContext> = config.create().context("admin client")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let topics: Vec<NewTopic<'_>> = names
+        .iter()
+        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let results = runtime
+        .block_on(admin.create_topics(
+            &topics,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .context("CreateTopics")?;
+    for result in results {
+        result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
+    }
+    Ok(())
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    s.chars().take(100).collect()
+}
+
+/// Runs one workload and returns its report. Blocking; prints progress to stderr.
+pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
+    let payload_template = workload.payload()?;
+    let message_size = payload_template.len();
+    let rate = opts.rate.unwrap_or(workload.producer_rate);
+    let duration = opts.duration.unwrap_or_else(|| workload.test_duration());
+    let warmup = opts.warmup.unwrap_or_else(|| workload.warmup_duration());
+    let partitions = workload.partitions_per_topic as i32;
+
+    let run_id = format!("{:08x}", fastrand::u32(..));
+    let topics: Vec<String> = (0..workload.topics)
+        .map(|i| {
+            format!(
+                "{}-{}-{run_id}-{i}",
+                opts.topic_prefix,
+                sanitize(&workload.name)
+            )
+        })
+        .collect();
+    create_topics(&opts.bootstrap, &topics, partitions, &opts.producer_config)?;
+
+    let counters = Arc::new(Counters::default());
+    let stop_producers = Arc::new(AtomicBool::new(false));
+    let stop_consumers = Arc::new(AtomicBool::new(false));
+    let epoch = Instant::now();
+
+    // Consumers: every subscription reads every partition of every topic; the consumers of one
+    // subscription split the partitions round-robin.
+    let mut consumer_stats = Vec::new();
+    let mut consumer_threads = Vec::new();
+    for subscription in 0..workload.subscriptions_per_topic {
+        for index in 0..workload.consumer_per_subscription {
+            let mut assignment = TopicPartitionList::new();
+            for topic in &topics {
+                for p in 0..partitions {
+                    if p as u32 % workload.consumer_per_subscription == index {
+                        assignment.add_partition_offset(topic, p, Offset::Beginning)?;
+                    }
+                }
+            }
+            if assignment.count() == 0 {
+                continue;
+            }
+            let mut config = ClientConfig::new();
+            config
+                .set("bootstrap.servers", &opts.bootstrap)
+                .set("group.id", format!("weir-bench-{run_id}-{subscription}"))
+                .set("enable.auto.commit", "false")
+                .set("enable.auto.offset.store", "false")
+                .set("fetch.wait.max.ms", "100");
+            for (k, v) in &opts.consumer_config {
+                config.set(k, v);
+            }
+            let consumer: BaseConsumer = config.create().context("consumer")?;
+            consumer.assign(&assignment).context("assign")?;
+            let hists = Arc::new(Mutex::new(Hists::new()));
+            consumer_stats.push(hists.clone());
+            let counters = counters.clone();
+            let stop = stop_consumers.clone();
+            consumer_threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match consumer.poll(Duration::from_millis(100)) {
+                        None => {}
+                        Some(Ok(message)) => {
+                            let now = unix_micros();
+                            let payload = message.payload().unwrap_or_default();
+                            counters.consumed.fetch_add(1, Ordering::Relaxed);
+                            counters
+                                .consumed_bytes
+                                .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                            if payload.len() >= 8 {
+                                let sent =
+                                    u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
+                                hists
+                                    .lock()
+                                    .expect("consumer histograms")
+                                    .record(now.saturating_sub(sent));
+                            }
+                        }
+                        Some(Err(error)) => counters.error(format!("consume: {error}")),
+                    }
+                }
+            }));
+        }
+    }
+
+    // Producers: one client (one connection per broker) each, paced to its share of the rate.
+    let producer_count = (workload.topics * workload.producers_per_topic) as usize;
+    let per_producer_rate = if rate > 0.0 {
+        rate / producer_count as f64
+    } else {
+        0.0
+    };
+    let mut producer_stats = Vec::new();
+    let mut producer_threads = Vec::new();
+    for (t, topic) in topics.iter().enumerate() {
+        for index in 0..workload.producers_per_topic {
+            let hists = Arc::new(Mutex::new(Hists::new()));
+            producer_stats.push(hists.clone());
+            let stats = ProducerStats {
+                counters: counters.clone(),
+                hists,
+                epoch,
+            };
+            let mut config = ClientConfig::new();
+            config
+                .set("bootstrap.servers", &opts.bootstrap)
+                .set("acks", "all")
+                .set("linger.ms", "5")
+                .set("batch.size", "1048576")
+                .set("message.timeout.ms", "120000");
+            for (k, v) in &opts.producer_config {
+                config.set(k, v);
+            }
+            let producer: ThreadedProducer<ProducerStats> =
+                config.create_with_context(stats).context("producer")?;
+            let topic = topic.clone();
+            let counters = counters.clone();
+            let stop = stop_producers.clone();
+            let mut payload = payload_template.clone();
+            let offset = (t as u32 * workload.producers_per_topic + index) as usize;
+            producer_threads.push(std::thread::spawn(move || {
+                let interval = if per_producer_rate > 0.0 {
+                    Some(Duration::from_secs_f64(1.0 / per_producer_rate))
+                } else {
+                    None
+                };
+                let start = Instant::now();
+                let mut n: u64 = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    // At a fixed rate, latency counts from the intended send time, so a client
+                    // that falls behind shows it (no coordinated omission).
+                    let (intended, intended_unix) = match interval {
+                        Some(interval) => {
+                            let due = start + interval.mul_f64(n as f64);
+                            let now = Instant::now();
+                            if due > now {
+                                std::thread::sleep(due - now);
+                            }
+                            let behind = Instant::now().saturating_duration_since(due);
+                            (due, unix_micros() - behind.as_micros() as u64)
+                        }
+                        None => (Instant::now(), unix_micros()),
+                    };
+                    if payload.len() >= 8 {
+                        payload[..8].copy_from_slice(&intended_unix.to_le_bytes());
+                    }
+                    let opaque = intended.saturating_duration_since(epoch).as_micros() as usize;
+                    let partition = ((n as usize + offset) % partitions as usize) as i32;
+                    let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(&topic, opaque)
+                        .payload(&payload[..])
+                        .partition(partition);
+                    loop {
+                        match producer.send(record) {
+                            Ok(()) => {
+                                counters.sent.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                            Err((
+                                KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                                r,
+                            )) => {
+                                if stop.load(Ordering::Relaxed) {
+                                    break;
+                                }
+                                record = r;
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                            Err((error, _)) => {
+                                counters.error(format!("send: {error}"));
+                                break;
+                            }
+                        }
+                    }
+                    n += 1;
+                }
+                if let Err(error) = producer.flush(Duration::from_secs(120)) {
+                    counters.error(format!("flush: {error}"));
+                }
+            }));
+        }
+    }
+
+    // Warm-up, then the measured window, with a progress line every interval.
+    let merged =
+        |which: &dyn Fn(&mut Hists) -> Histogram<u64>| -> (Histogram<u64>, Histogram<u64>) {
+            let mut publish = report::new_histogram();
+            for s in &producer_stats {
+                let _ = publish.add(which(&mut s.lock().expect("producer histograms")));
+            }
+            let mut e2e = report::new_histogram();
+            for s in &consumer_stats {
+                let _ = e2e.add(which(&mut s.lock().expect("consumer histograms")));
+            }
+            (publish, e2e)
+        };
+    let take_interval = |h: &mut Hists| {
+        let out = h.interval.clone();
+        h.interval.reset();
+        out
+    };
+    let reset_total = |h: &mut Hists| {
+        h.total.reset();
+        h.interval.reset();
+        report::new_histogram()
+    };
+    let clone_total = |h: &mut Hists| h.total.clone();
+
+    let started = Instant::now();
+    let warmup_end = started + warmup;
+    let end = warmup_end + duration;
+    let mut measuring = warmup.is_zero();
+    let mut window_start = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
+    let mut window_started_at = started;
+    let mut last = (started, 0u64, 0u64, 0u64);
+    let snapshot = |c: &Counters| {
+        (
+            c.sent.load(Ordering::Relaxed),
+            c.acked.load(Ordering::Relaxed),
+            c.acked_bytes.load(Ordering::Relaxed),
+            c.consumed.load(Ordering::Relaxed),
+            c.consumed_bytes.load(Ordering::Relaxed),
+        )
+    };
+    loop {
+        let now = Instant::now();
+        if !measuring && now >= warmup_end {
+            merged(&reset_total);
+            window_start = snapshot(&counters);
+            cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
+            window_started_at = now;
+            measuring = true;
+        }
+        if now >= end {
+            break;
+        }
+        let mut next = end;
+        if !measuring {
+            next = next.min(warmup_end);
+        }
+        if !opts.progress_interval.is_zero() {
+            next = next.min(last.0 + opts.progress_interval);
+        }
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        if !opts.progress_interval.is_zero() && now >= last.0 + opts.progress_interval {
+            let (_, acked, acked_bytes, consumed, _) = snapshot(&counters);
+            let secs = (now - last.0).as_secs_f64();
+            let (publish, e2e) = merged(&take_interval);
+            let p = Latency::from_histogram(&publish);
+            let e = Latency::from_histogram(&e2e);
+            eprintln!(
+                "[{:>6.1}s {}] pub {:>9.0} msg/s {:>7.2} MiB/s | cons {:>9.0} msg/s | backlog {:>8} | pub p50 {:.1} p99 {:.1} ms | e2e p50 {:.1} p99 {:.1} ms | err {}",
+                (now - started).as_secs_f64(),
+                if measuring { "run" } else { "warm-up" },
+                (acked - last.1) as f64 / secs,
+                (acked_bytes - last.2) as f64 / secs / 1048576.0,
+                (consumed - last.3) as f64 / secs,
+                (acked * workload.subscriptions_per_topic as u64).saturating_sub(consumed),
+                p.p50_ms,
+                p.p99_ms,
+                e.p50_ms,
+                e.p99_ms,
+                counters.errors.load(Ordering::Relaxed)
+            );
+            last = (now, acked, acked_bytes, consumed);
+        }
+    }
+
+    // End of the window: take the numbers, then stop producing and let consumers catch up.
+    let window_end = snapshot(&counters);
+    let window_secs = (Instant::now() - window_started_at).as_secs_f64();
+    let cpu_end = opts.agent_pid.and_then(agent::cpu_seconds);
+    let (publish_histogram, end_to_end_histogram) = merged(&clone_total);
+    stop_producers.store(true, Ordering::Relaxed);
+    for thread in producer_threads {
+        let _ = thread.join();
+    }
+    let expected = counters.acked.load(Ordering::Relaxed) * workload.subscriptions_per_topic as u64;
+    let drain_deadline = Instant::now() + opts.drain_timeout;
+    while counters.consumed.load(Ordering::Relaxed) < expected
+        && Instant::now() < drain_deadline
+        && !consumer_threads.is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop_consumers.store(true, Ordering::Relaxed);
+    for thread in consumer_threads {
+        let _ = thread.join();
+    }
+
+    let published = window_end.1 - window_start.1;
+    let published_bytes = window_end.2 - window_start.2;
+    let consumed = window_end.3 - window_start.3;
+    let consumed_bytes = window_end.4 - window_start.4;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let agent = match (opts.agent_pid, cpu_start, cpu_end) {
+        (Some(pid), Some(a), Some(b)) => Some(AgentUsage {
+            pid,
+            cpu_seconds: b - a,
+            cpu_seconds_per_mib: if published_bytes > 0 {
+                (b - a) / mib(published_bytes)
+            } else {
+                0.0
+            },
+            peak_rss_mib: agent::peak_rss_mib(pid).unwrap_or(0.0),
+        }),
+        _ => None,
+    };
+    let total_published = counters.acked.load(Ordering::Relaxed);
+    let total_acked_bytes = counters.acked_bytes.load(Ordering::Relaxed);
+    let objects = opts
+        .bucket_dir
+        .as_deref()
+        .and_then(|dir| agent::count_objects(dir, total_acked_bytes));
+    let report = Report {
+        workload: workload.name.clone(),
+        bootstrap: opts.bootstrap.clone(),
+        topics,
+        message_size,
+        target_rate: rate.max(0.0),
+        warmup_seconds: warmup.as_secs_f64(),
+        duration_seconds: window_secs,
+        sent: window_end.0 - window_start.0,
+        published,
+        consumed,
+        publish_rate_msgs: published as f64 / window_secs,
+        publish_rate_mib: mib(published_bytes) / window_secs,
+        consume_rate_msgs: consumed as f64 / window_secs,
+        consume_rate_mib: mib(consumed_bytes) / window_secs,
+        errors: counters.errors.load(Ordering::Relaxed),
+        error_samples: counters.error_samples.lock().expect("samples").clone(),
+        total_published,
+        total_consumed: counters.consumed.load(Ordering::Relaxed),
+        publish_latency: Latency::from_histogram(&publish_histogram),
+        end_to_end_latency: Latency::from_histogram(&end_to_end_histogram),
+        agent,
+        objects,
+    };
+    Ok(Outcome {
+        report,
+        publish_histogram,
+        end_to_end_histogram,
+    })
+}

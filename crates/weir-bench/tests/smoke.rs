@@ -1,0 +1,59 @@
+//! Smoke test: `weir-bench` runs the 5-second workload against a spawned `weir agent` and reports
+//! nonzero publish and consume counts with no errors. Never asserts timing.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use weir_bench::Report;
+
+fn weir_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("WEIR_BIN") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../target").to_string());
+    PathBuf::from(target).join("debug").join("weir")
+}
+
+#[test]
+fn test_bench_smoke_workload_against_spawned_agent() {
+    let weir = weir_bin();
+    assert!(
+        weir.exists(),
+        "weir binary not found at {} (build it: cargo build -p weir)",
+        weir.display()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let svg = dir.path().join("latency.svg");
+    let workload = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/omb/workloads/smoke-5s.yaml"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .arg(workload)
+        .arg("--spawn-agent")
+        .arg("--weir-bin")
+        .arg(&weir)
+        .args(["--agent-arg=--flush-interval", "--agent-arg=5ms"])
+        .args(["--json", "--progress-interval", "1", "--svg"])
+        .arg(&svg)
+        .output()
+        .expect("run weir-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "weir-bench failed: {stderr}");
+    let report: Report = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("JSON report: {e}; stderr: {stderr}"));
+    assert!(report.published > 0, "{report:?}");
+    assert!(report.consumed > 0, "{report:?}");
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert!(report.publish_latency.count > 0 && report.end_to_end_latency.count > 0);
+    assert!(report.agent.is_some(), "spawned agent usage is reported");
+    let objects = report.objects.expect("file:// bucket objects counted");
+    assert!(objects.ingest_files > 0 && objects.meta_log_files > 0);
+    assert!(
+        stderr.contains("publish"),
+        "the table goes to stderr with --json"
+    );
+    let plot = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(plot.starts_with("<svg") && plot.contains("<polyline"));
+}
