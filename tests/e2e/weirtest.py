@@ -1,9 +1,9 @@
 """Client helpers for the Weir end-to-end tests.
 
 Three clients: confluent-kafka (librdkafka 2.x), kafka-python (pure Python)
-and kcat (Debian's, librdkafka 2.0.2). Consumers never use consumer groups:
-Weir has no group coordinator yet, so every consumer uses assign() with
-explicit partitions and reads up to the high watermark taken before reading.
+and kcat (Debian's, librdkafka 2.0.2). These helpers' consumers use assign()
+with explicit partitions and read up to the high watermark taken before
+reading; consumer groups are exercised in test_groups.py.
 
 Every wait here is bounded; none asserts on wall-clock durations.
 """
