@@ -22,6 +22,14 @@ struct Cli {
 enum Command {
     /// Run an agent: Kafka listener, produce and fetch paths, embedded control plane.
     Agent(AgentArgs),
+    /// Run a benchmark workload: executes the `weir-bench` binary next to this one (a separate
+    /// binary so the agent never links librdkafka); `weir bench --help` shows its options.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Arguments passed to `weir-bench` unchanged.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,8 +72,27 @@ pub(crate) struct AgentArgs {
     fault_seed: Option<u64>,
 }
 
+/// `weir bench ARGS`: replaces this process with `weir-bench ARGS`, found next to this binary
+/// (cargo builds both into the same directory) or else on the PATH.
+fn exec_bench(args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("weir-bench")))
+        .filter(|path| path.is_file());
+    let program = sibling.unwrap_or_else(|| PathBuf::from("weir-bench"));
+    let error = std::process::Command::new(&program).args(args).exec();
+    anyhow::bail!(
+        "could not run {} ({error}); build it with `cargo build -p weir-bench`",
+        program.display()
+    )
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Bench { args } = cli.command {
+        return exec_bench(args);
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -81,5 +108,6 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             runtime.block_on(agent::run(config))
         }
+        Command::Bench { .. } => unreachable!("handled before logging is set up"),
     }
 }
