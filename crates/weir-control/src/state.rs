@@ -101,6 +101,15 @@ pub struct SequencedBatch {
     pub base_offset: i64,
 }
 
+impl Topic {
+    /// The partition at `index`, if the topic has it.
+    pub fn partition(&self, index: i32) -> Option<&PartitionState> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|index| self.partitions.get(index))
+    }
+}
+
 impl State {
     /// Rebuilds lookup tables that are not serialised.
     pub fn rebuild_indexes(&mut self) {
@@ -131,10 +140,7 @@ impl State {
     }
 
     pub fn partition(&self, topic_id: &TopicId, partition: i32) -> Option<&PartitionState> {
-        let topic = self.topic_by_id(topic_id)?;
-        usize::try_from(partition)
-            .ok()
-            .and_then(|index| topic.partitions.get(index))
+        self.topic_by_id(topic_id)?.partition(partition)
     }
 
     /// Applies one entry. Total and deterministic: every failure is a result, never a panic.

@@ -53,11 +53,7 @@ pub(crate) fn list_offsets(
                             } else {
                                 -1
                             });
-                        let partition = found.and_then(|t| {
-                            usize::try_from(p.partition_index)
-                                .ok()
-                                .and_then(|i| t.partitions.get(i))
-                        });
+                        let partition = found.and_then(|t| t.partition(p.partition_index));
                         match partition {
                             None => base.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION),
                             Some(partition) => {
@@ -123,11 +119,7 @@ pub(crate) fn offset_for_leader_epoch(
                             .with_partition(p.partition)
                             .with_leader_epoch(-1)
                             .with_end_offset(-1);
-                        let partition = found.and_then(|t| {
-                            usize::try_from(p.partition)
-                                .ok()
-                                .and_then(|i| t.partitions.get(i))
-                        });
+                        let partition = found.and_then(|t| t.partition(p.partition));
                         match partition {
                             None => base.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION),
                             Some(_) if p.current_leader_epoch > LEADER_EPOCH => {
