@@ -20,8 +20,12 @@ use weir_protocol::frame::{read_frame_body, read_frame_len, FrameError};
 use crate::broker::Broker;
 use crate::dispatch::{dispatch, Dispatched};
 
-/// A response slot: `None` when the request gets no response (acks=0).
-type ResponseSlot = JoinHandle<Option<Bytes>>;
+/// A response slot: `None` when the request gets no response (acks=0). The permit, for fetches,
+/// is released only once the response is written, so a client that never reads its socket holds
+/// at most one fetch response per connection.
+type ResponseSlot = (JoinHandle<Option<Bytes>>, Option<OwnedSemaphorePermit>);
+
+const FETCH_API_KEY: [u8; 2] = [0, 1];
 
 pub(crate) async fn serve(
     broker: Arc<Broker>,
@@ -34,7 +38,7 @@ pub(crate) async fn serve(
     let (slots_tx, mut slots_rx) =
         mpsc::channel::<ResponseSlot>(broker.settings.max_inflight_per_connection.max(1));
     let reading = tokio::spawn(read_requests(broker, reader, peer, slots_tx, shutdown));
-    while let Some(slot) = slots_rx.recv().await {
+    while let Some((slot, fetch_permit)) = slots_rx.recv().await {
         let response = match slot.await {
             Ok(response) => response,
             Err(err) => {
@@ -48,6 +52,7 @@ pub(crate) async fn serve(
                 break;
             }
         }
+        drop(fetch_permit);
     }
     reading.abort();
     let _ = writer.shutdown().await;
@@ -61,6 +66,9 @@ async fn read_requests(
     slots: mpsc::Sender<ResponseSlot>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Kafka clients keep one fetch in flight per connection; more would only let a reader that
+    // never drains its socket pile up fetch responses (up to max_fetch_bytes each).
+    let fetches = Arc::new(tokio::sync::Semaphore::new(1));
     loop {
         let frame = tokio::select! {
             _ = shutdown.changed() => return,
@@ -74,6 +82,14 @@ async fn read_requests(
                 return;
             }
         };
+        let fetch_permit = if frame.get(0..2) == Some(&FETCH_API_KEY[..]) {
+            match fetches.clone().acquire_owned().await {
+                Ok(permit) => Some(permit),
+                Err(_) => return,
+            }
+        } else {
+            None
+        };
         match dispatch(&broker, frame, peer).await {
             Dispatched::Respond(work) => {
                 let handle = tokio::spawn(async move {
@@ -81,7 +97,7 @@ async fn read_requests(
                     drop(permit);
                     response
                 });
-                if slots.send(handle).await.is_err() {
+                if slots.send((handle, fetch_permit)).await.is_err() {
                     return;
                 }
             }

@@ -196,3 +196,31 @@ async fn test_fetch_unknown_topic_answers_without_waiting() {
         .await;
     assert_eq!(response.responses[0].partitions[0].error_code, 3);
 }
+
+/// Fetches pipelined on one connection are served one at a time (the next waits for the previous
+/// response to be written) and requests behind them still answer, in order.
+#[tokio::test]
+async fn test_fetch_pipelined_fetches_answer_in_order() {
+    let agent = Agent::start_default().await;
+    agent.create_topic("pipe", 1).await;
+    let mut producer = agent.connect().await;
+    let response = producer
+        .call(PRODUCE_VERSION, &produce("pipe", 0, records(&[2]), -1))
+        .await;
+    assert_eq!(produce_result(&response), (0, 0));
+    let mut consumer = agent.connect().await;
+    let first = consumer
+        .send(FETCH_VERSION, &fetch("pipe", 0, 0, 100))
+        .await;
+    let second = consumer
+        .send(FETCH_VERSION, &fetch("pipe", 0, 2, 100))
+        .await;
+    let third = consumer
+        .send(FETCH_VERSION, &fetch("pipe", 0, 0, 100))
+        .await;
+    for expected in [first, second, third] {
+        let (correlation, response) = consumer.recv::<FetchRequest>(FETCH_VERSION).await;
+        assert_eq!(correlation, expected);
+        assert_eq!(response.responses[0].partitions[0].error_code, 0);
+    }
+}
