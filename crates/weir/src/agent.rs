@@ -161,7 +161,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         max_inflight_request_bytes: config.kafka.max_inflight_request_bytes,
         max_fetch_bytes: config.kafka.max_fetch_bytes,
         max_fetch_wait: config.kafka.max_fetch_wait,
-        groups: weir_groups::GroupSettings::default(),
+        groups: config.groups.settings(),
     };
     let broker = Arc::new(Broker::new(
         settings,

@@ -18,6 +18,7 @@ pub(crate) struct Config {
     pub(crate) storage: StorageConfig,
     pub(crate) produce: ProduceConfig,
     pub(crate) control: ControlConfig,
+    pub(crate) groups: GroupsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -74,6 +75,31 @@ pub(crate) struct ControlConfig {
     pub(crate) snapshot_every_slots: u64,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GroupsConfig {
+    #[serde(with = "humantime_serde")]
+    pub(crate) min_session_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) max_session_timeout: Duration,
+    pub(crate) max_group_size: usize,
+    pub(crate) max_groups: usize,
+}
+
+impl GroupsConfig {
+    /// The coordinator's settings (session timeouts in milliseconds, as Kafka sends them).
+    pub(crate) fn settings(&self) -> weir_groups::GroupSettings {
+        let millis = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
+        weir_groups::GroupSettings {
+            min_session_timeout_ms: millis(self.min_session_timeout),
+            max_session_timeout_ms: millis(self.max_session_timeout),
+            max_members_per_group: self.max_group_size,
+            max_groups: self.max_groups,
+            ..weir_groups::GroupSettings::default()
+        }
+    }
+}
+
 impl Config {
     /// Loads the defaults, then `path` (if given) over them, then `WEIR_*` variables from `env`.
     pub(crate) fn load(
@@ -115,6 +141,12 @@ impl Config {
         }
         if self.kafka.max_frame_bytes < 1024 || self.kafka.max_frame_bytes > i32::MAX as usize {
             bail!("kafka.max_frame_bytes must be between 1 KiB and 2 GiB");
+        }
+        if self.groups.min_session_timeout > self.groups.max_session_timeout {
+            bail!("groups.min_session_timeout exceeds groups.max_session_timeout");
+        }
+        if self.groups.max_group_size == 0 || self.groups.max_groups == 0 {
+            bail!("groups.max_group_size and groups.max_groups must be at least 1");
         }
         if !(0.0..1.0).contains(&self.storage.error_rate) {
             bail!("storage.error_rate must be in [0, 1)");
@@ -219,6 +251,12 @@ mod tests {
         assert_eq!(config.agent.listen, "127.0.0.1:9092");
         assert_eq!(config.storage.quorum, 1);
         assert_eq!(config.produce.flush_interval, Duration::from_millis(5));
+        let groups = config.groups.settings();
+        assert_eq!(
+            (groups.min_session_timeout_ms, groups.max_session_timeout_ms),
+            (6_000, 1_800_000)
+        );
+        assert_eq!(groups.max_members_per_group, 1000);
     }
 
     #[test]
@@ -235,6 +273,9 @@ mod tests {
         assert_eq!(config.kafka.num_partitions, 3);
         assert!(Config::load(None, env(&[("WEIR_KAFKA_NUM_PARTITIONS", "many")])).is_err());
         assert!(Config::load(None, env(&[("WEIR_STORAGE_PROFILE", "nope")])).is_err());
+        let config = Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "1s")])).unwrap();
+        assert_eq!(config.groups.settings().min_session_timeout_ms, 1_000);
+        assert!(Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "2h")])).is_err());
     }
 
     #[test]
