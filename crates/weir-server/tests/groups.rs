@@ -312,3 +312,47 @@ async fn test_group_simple_commit_and_topic_deletion() {
     let listed = client.call(3, &ListGroupsRequest::default()).await;
     assert!(listed.groups.is_empty(), "offsets went with the topic");
 }
+
+/// Bad input from one client: thousands of joins without ever coming back with the member id,
+/// oversized protocol metadata, a session timeout out of bounds. Error codes, bounded state.
+#[tokio::test]
+async fn test_group_join_flood_and_bad_joins_are_bounded() {
+    let agent = Agent::start_default().await;
+    let mut client = agent.connect().await;
+    let join = |metadata: Bytes, session_timeout_ms: i32| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s("flood")))
+            .with_session_timeout_ms(session_timeout_ms)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(metadata)])
+    };
+    let limit = weir_groups::GroupSettings::default().max_members_per_group;
+    let mut codes = std::collections::BTreeMap::<i16, usize>::new();
+    for _ in 0..limit + 200 {
+        let response = client.call(5, &join(subscription(), 10_000)).await;
+        *codes.entry(response.error_code).or_default() += 1;
+    }
+    assert_eq!(codes.get(&error_code::MEMBER_ID_REQUIRED), Some(&limit));
+    assert_eq!(codes.get(&error_code::GROUP_MAX_SIZE_REACHED), Some(&200));
+
+    let huge = Bytes::from(vec![7u8; 2 * 1024 * 1024]);
+    let response = client.call(5, &join(huge, 10_000)).await;
+    assert_eq!(response.error_code, error_code::INVALID_REQUEST);
+    let response = client.call(0, &join(subscription(), 1_000)).await;
+    assert_eq!(response.error_code, error_code::INVALID_SESSION_TIMEOUT);
+    let response = client
+        .call(
+            5,
+            &join(subscription(), 10_000).with_group_id(GroupId(s(""))),
+        )
+        .await;
+    assert_eq!(response.error_code, error_code::INVALID_GROUP_ID);
+    let wrong_type = join(subscription(), 10_000)
+        .with_group_id(GroupId(s("typed")))
+        .with_protocol_type(s(""));
+    let response = client.call(5, &wrong_type).await;
+    assert_eq!(response.error_code, error_code::INCONSISTENT_GROUP_PROTOCOL);
+}
