@@ -79,6 +79,13 @@ impl Group {
         }
     }
 
+    /// A member that `check_member` accepted; an unknown id is an error, never a panic.
+    pub(crate) fn member_mut(&mut self, member_id: &str) -> Result<&mut Member, GroupError> {
+        self.members
+            .get_mut(member_id)
+            .ok_or_else(|| GroupError::UnknownMemberId(member_id.to_string()))
+    }
+
     pub(crate) fn size(&self) -> usize {
         self.members.len() + self.pending.len()
     }

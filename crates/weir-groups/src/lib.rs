@@ -15,6 +15,7 @@
 pub mod core;
 pub mod error;
 mod group;
+mod join;
 pub mod placement;
 pub mod service;
 mod static_member;
