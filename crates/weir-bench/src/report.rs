@@ -77,7 +77,8 @@ pub struct ObjectCounts {
     pub ingest_puts_per_gib: f64,
     /// At the assumed S3 Standard PUT price (see `S3_STANDARD_PUT_USD_PER_1000`).
     pub usd_per_gib_s3_standard: f64,
-    /// At the assumed S3 Express One Zone PUT price plus its per-GB upload charge.
+    /// At the assumed S3 Express One Zone PUT price plus its per-GB upload charge (one bucket;
+    /// a k-of-n quorum writes every data file to n buckets).
     pub usd_per_gib_s3_express: f64,
 }
 
@@ -85,7 +86,8 @@ pub struct ObjectCounts {
 pub const S3_STANDARD_PUT_USD_PER_1000: f64 = 0.005;
 /// S3 Express One Zone PUT, USD per 1,000 requests (AWS price list after the April 2025 cut).
 pub const S3_EXPRESS_PUT_USD_PER_1000: f64 = 0.00113;
-/// S3 Express One Zone data upload charge, USD per GB (same list).
+/// S3 Express One Zone data upload charge, USD per GB of every request's bytes (same list; AWS's
+/// worked examples divide KB by 1,048,576, i.e. the GB is a GiB).
 pub const S3_EXPRESS_UPLOAD_USD_PER_GB: f64 = 0.0032;
 
 impl ObjectCounts {
@@ -99,7 +101,7 @@ impl ObjectCounts {
             self.usd_per_gib_s3_standard =
                 self.puts_per_gib * S3_STANDARD_PUT_USD_PER_1000 / 1000.0;
             self.usd_per_gib_s3_express = self.puts_per_gib * S3_EXPRESS_PUT_USD_PER_1000 / 1000.0
-                + S3_EXPRESS_UPLOAD_USD_PER_GB * (1u64 << 30) as f64 / 1e9;
+                + S3_EXPRESS_UPLOAD_USD_PER_GB;
         }
         self
     }
@@ -138,6 +140,8 @@ pub struct Report {
     pub publish_latency: Latency,
     /// Read time − send timestamp carried in the payload.
     pub end_to_end_latency: Latency,
+    /// CPU seconds (utime + stime) of this benchmark process (all its clients) in the window.
+    pub client_cpu_seconds: f64,
     pub agent: Option<AgentUsage>,
     pub objects: Option<ObjectCounts>,
 }
@@ -189,6 +193,12 @@ impl Report {
         for sample in &self.error_samples {
             let _ = writeln!(out, "  error: {sample}");
         }
+        let _ = writeln!(
+            out,
+            "client   {:.2} CPU s in window ({:.2} cores)",
+            self.client_cpu_seconds,
+            self.client_cpu_seconds / self.duration_seconds.max(1e-9)
+        );
         if let Some(a) = &self.agent {
             let _ = writeln!(
                 out,

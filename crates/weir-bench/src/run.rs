@@ -410,6 +410,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let mut measuring = warmup.is_zero();
     let mut window_start = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
+    let mut client_cpu_start = agent::cpu_seconds(std::process::id()).unwrap_or(0.0);
     let mut window_started_at = started;
     let mut last = (started, 0u64, 0u64, 0u64);
     let snapshot = |c: &Counters| {
@@ -427,6 +428,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             merged(&reset_total);
             window_start = snapshot(&counters);
             cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
+            client_cpu_start = agent::cpu_seconds(std::process::id()).unwrap_or(0.0);
             window_started_at = now;
             measuring = true;
         }
@@ -470,6 +472,8 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let window_end = snapshot(&counters);
     let window_secs = (Instant::now() - window_started_at).as_secs_f64();
     let cpu_end = opts.agent_pid.and_then(agent::cpu_seconds);
+    let client_cpu_seconds =
+        agent::cpu_seconds(std::process::id()).unwrap_or(0.0) - client_cpu_start;
     let (publish_histogram, end_to_end_histogram) = merged(&clone_total);
     stop_producers.store(true, Ordering::Relaxed);
     for thread in producer_threads {
@@ -533,6 +537,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         total_consumed: counters.consumed.load(Ordering::Relaxed),
         publish_latency: Latency::from_histogram(&publish_histogram),
         end_to_end_latency: Latency::from_histogram(&end_to_end_histogram),
+        client_cpu_seconds,
         agent,
         objects,
     };
