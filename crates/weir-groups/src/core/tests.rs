@@ -427,3 +427,149 @@ fn test_coordinator_delete_refuses_non_empty_group() {
     assert_eq!(listed[0].state, GroupState::Empty);
     assert_eq!(listed[0].protocol_type, "consumer");
 }
+
+mod properties {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Join as member slot `n` (new if it has no id yet), optionally static, v4+ or not.
+        Join {
+            slot: u8,
+            r#static: bool,
+            v4: bool,
+        },
+        /// Sync as member slot `n`, as leader assigning something to everyone it knows.
+        Sync {
+            slot: u8,
+        },
+        Heartbeat {
+            slot: u8,
+        },
+        Leave {
+            slot: u8,
+        },
+        Advance {
+            ms: u32,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..4, any::<bool>(), any::<bool>()).prop_map(|(slot, s, v4)| Op::Join {
+                slot,
+                r#static: s,
+                v4
+            }),
+            (0u8..4).prop_map(|slot| Op::Sync { slot }),
+            (0u8..4).prop_map(|slot| Op::Heartbeat { slot }),
+            (0u8..4).prop_map(|slot| Op::Leave { slot }),
+            (0u32..15_000).prop_map(|ms| Op::Advance { ms }),
+        ]
+    }
+
+    #[derive(Default)]
+    struct Driver {
+        next_token: Token,
+        parked: BTreeMap<Token, &'static str>,
+        answered: BTreeMap<Token, usize>,
+        /// Slot → (member id, generation) as the client last learnt them.
+        ids: BTreeMap<u8, (String, i32)>,
+    }
+
+    impl Driver {
+        fn token(&mut self, kind: &'static str) -> Token {
+            self.next_token += 1;
+            self.parked.insert(self.next_token, kind);
+            self.next_token
+        }
+
+        fn absorb(&mut self, effects: Effects, slots: &BTreeMap<Token, u8>) {
+            for (token, response) in effects.joins {
+                *self.answered.entry(token).or_default() += 1;
+                self.parked.remove(&token);
+                if let Some(slot) = slots.get(&token) {
+                    if response.error.is_none()
+                        || response.error == Some(GroupError::MemberIdRequired)
+                    {
+                        self.ids
+                            .insert(*slot, (response.member_id, response.generation_id));
+                    }
+                }
+            }
+            for (token, _) in effects.syncs {
+                *self.answered.entry(token).or_default() += 1;
+                self.parked.remove(&token);
+            }
+        }
+    }
+
+    proptest! {
+        /// Whatever clients do, every parked JoinGroup/SyncGroup is answered exactly once once
+        /// time moves past every timeout, and the group then holds nobody (no hang, no leak).
+        #[test]
+        fn test_coordinator_every_parked_request_answered_once(ops in proptest::collection::vec(op(), 1..80)) {
+            let (mut core, clock) = core();
+            let mut driver = Driver::default();
+            let mut slots: BTreeMap<Token, u8> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Join { slot, r#static, v4 } => {
+                        let member_id = driver.ids.get(&slot).map(|(id, _)| id.clone()).unwrap_or_default();
+                        let instance = format!("instance-{slot}");
+                        let mut request = join_request(&member_id, r#static.then_some(instance.as_str()), &["range"]);
+                        request.require_known_member_id = v4;
+                        let token = driver.token("join");
+                        slots.insert(token, slot);
+                        let effects = core.join(token, request);
+                        driver.absorb(effects, &slots);
+                    }
+                    Op::Sync { slot } => {
+                        let Some((member_id, generation)) = driver.ids.get(&slot).cloned() else { continue };
+                        let assignments = driver.ids.values().map(|(id, _)| (id.clone(), Bytes::from_static(b"a"))).collect();
+                        let token = driver.token("sync");
+                        let effects = core.sync(token, sync_request(&member_id, generation, assignments));
+                        driver.absorb(effects, &slots);
+                    }
+                    Op::Heartbeat { slot } => {
+                        if let Some((member_id, generation)) = driver.ids.get(&slot).cloned() {
+                            let _ = heartbeat(&mut core, &member_id, generation);
+                        }
+                    }
+                    Op::Leave { slot } => {
+                        if let Some((member_id, _)) = driver.ids.remove(&slot) {
+                            let leaving = LeavingMember { member_id, group_instance_id: None };
+                            let (_, effects) = core.leave("g", &[leaving]);
+                            driver.absorb(effects, &slots);
+                        }
+                    }
+                    Op::Advance { ms } => {
+                        clock.advance_ms(i64::from(ms));
+                        let effects = core.tick();
+                        driver.absorb(effects, &slots);
+                    }
+                }
+                if let Some(group) = core.describe("g") {
+                    prop_assert!(group.members.len() <= 4 + 4, "bounded by the clients' slots");
+                }
+            }
+            // Nobody heartbeats or syncs any more: every timeout fires.
+            for _ in 0..10 {
+                clock.advance_ms(i64::from(REBALANCE) + i64::from(SESSION));
+                let effects = core.tick();
+                driver.absorb(effects, &slots);
+            }
+            prop_assert!(driver.parked.is_empty(), "never answered: {:?}", driver.parked);
+            prop_assert!(driver.answered.values().all(|n| *n == 1), "answered twice: {:?}", driver.answered);
+            if let Some(group) = core.describe("g") {
+                prop_assert!(group.members.is_empty(), "left behind: {:?}", group.members);
+                prop_assert_eq!(group.state, GroupState::Empty);
+            }
+            prop_assert_eq!(core.next_deadline(), None);
+        }
+    }
+}
