@@ -303,3 +303,22 @@ def test_admin_list_describe_delete_groups_and_kcat(agent, members, kcat):
     got = {(j["partition"], j["offset"]) for j in map(json.loads, r.stdout.decode().splitlines())
            if j.get("partition") is not None}
     assert got == produced
+
+
+def test_live_group_rejoins_after_agent_crash(agent, members):
+    """Membership lives in the coordinator's memory: after the agent is killed
+    and restarted the members find out (UNKNOWN_MEMBER_ID), rejoin, and carry
+    on from their committed offsets with nothing skipped."""
+    n_partitions = 4
+    topic, group = unique("crash"), unique("g")
+    ck_create_topics(agent.bootstrap, {topic: n_partitions})
+    admin = ck_admin(agent.bootstrap)
+    conf = dict(bootstrap=agent.bootstrap, topic=topic, group=group)
+    live = [members("x", **conf), members("y", **conf)]
+    wait_stable(admin, group, topic, 2, n_partitions)
+    produced = set(produce_round(agent.bootstrap, topic, n_partitions, 80, "before"))
+    wait_consumed(live, produced)
+    agent.restart(kill=True)
+    wait_stable(admin, group, topic, 2, n_partitions)
+    produced |= set(produce_round(agent.bootstrap, topic, n_partitions, 80, "after"))
+    wait_consumed(live, produced)
