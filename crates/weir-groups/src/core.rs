@@ -36,6 +36,10 @@ pub struct GroupSettings {
     pub max_protocols_per_member: usize,
     /// Bytes of protocol metadata (all protocols) or of one assignment per member.
     pub max_member_bytes: usize,
+    /// `group.initial.rebalance.delay.ms`: the first rebalance of an empty group waits this long
+    /// (at most the rebalance timeout) for more members. Longer means fewer rebalances when many
+    /// consumers start together, but a later start for a lone consumer.
+    pub initial_rebalance_delay_ms: i64,
 }
 
 impl Default for GroupSettings {
@@ -47,6 +51,7 @@ impl Default for GroupSettings {
             max_groups: 100_000,
             max_protocols_per_member: 64,
             max_member_bytes: 1024 * 1024,
+            initial_rebalance_delay_ms: 3_000,
         }
     }
 }
@@ -99,10 +104,11 @@ impl CoordinatorCore {
         self.make_room_for(&request.group_id)?;
         let new_member_id = self.new_member_id(&request.client_id);
         let settings = self.settings.clone();
+        let initial_delay_ms = settings.initial_rebalance_delay_ms.max(0);
         let group = self
             .groups
             .entry(request.group_id.clone())
-            .or_insert_with(|| Group::new(&request.group_id));
+            .or_insert_with(|| Group::new(&request.group_id, initial_delay_ms));
         if group.state == GroupState::Dead {
             return Err(GroupError::CoordinatorNotAvailable(
                 "the group is being deleted".into(),
@@ -349,6 +355,13 @@ impl CoordinatorCore {
             }
             if !expired.is_empty() || group.pending.len() != pending_before {
                 group.on_members_removed(now_ms, &mut effects);
+            }
+            if group
+                .initial_delay_until_ms
+                .is_some_and(|until| until <= now_ms)
+            {
+                group.initial_delay_until_ms = None;
+                group.maybe_complete_join(now_ms, &mut effects);
             }
             let rebalance_due = group.rebalance_deadline_ms.is_some_and(|at| at <= now_ms);
             if group.state == GroupState::PreparingRebalance && rebalance_due {

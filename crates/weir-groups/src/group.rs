@@ -60,10 +60,15 @@ pub(crate) struct Group {
     /// Member ids handed out with MEMBER_ID_REQUIRED, with the deadline to rejoin.
     pub(crate) pending: BTreeMap<String, i64>,
     pub(crate) rebalance_deadline_ms: Option<i64>,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an empty group waits
+    /// for more members, so consumers starting together do not rebalance once per member.
+    pub(crate) initial_delay_ms: i64,
+    /// While set, the join phase does not complete before this instant.
+    pub(crate) initial_delay_until_ms: Option<i64>,
 }
 
 impl Group {
-    pub(crate) fn new(group_id: &str) -> Self {
+    pub(crate) fn new(group_id: &str, initial_delay_ms: i64) -> Self {
         Self {
             group_id: group_id.to_string(),
             state: GroupState::Empty,
@@ -76,6 +81,8 @@ impl Group {
             instances: BTreeMap::new(),
             pending: BTreeMap::new(),
             rebalance_deadline_ms: None,
+            initial_delay_ms,
+            initial_delay_until_ms: None,
         }
     }
 
@@ -215,6 +222,10 @@ impl Group {
             .map(|member| member.rebalance_timeout_ms)
             .max()
             .unwrap_or(0);
+        if self.state == GroupState::Empty && self.initial_delay_ms > 0 {
+            let delay = self.initial_delay_ms.min(timeout);
+            self.initial_delay_until_ms = Some(now_ms.saturating_add(delay));
+        }
         self.state = GroupState::PreparingRebalance;
         self.rebalance_deadline_ms = Some(now_ms.saturating_add(timeout));
     }
@@ -225,7 +236,14 @@ impl Group {
             .members
             .values()
             .all(|member| member.join_waiter.is_some());
-        if self.state == GroupState::PreparingRebalance && all_joined && self.pending.is_empty() {
+        let delay_over = self
+            .initial_delay_until_ms
+            .is_none_or(|until| now_ms >= until);
+        if self.state == GroupState::PreparingRebalance
+            && all_joined
+            && self.pending.is_empty()
+            && delay_over
+        {
             self.complete_join(now_ms, effects);
         }
     }
@@ -244,6 +262,7 @@ impl Group {
             self.remove_member(member_id, &error, effects);
         }
         self.rebalance_deadline_ms = None;
+        self.initial_delay_until_ms = None;
         self.generation = self.generation.wrapping_add(1).max(1);
         if self.members.is_empty() {
             self.state = GroupState::Empty;
@@ -375,6 +394,7 @@ impl Group {
         sessions
             .chain(pending)
             .chain(self.rebalance_deadline_ms)
+            .chain(self.initial_delay_until_ms)
             .min()
     }
 }

@@ -27,6 +27,19 @@ use common::*;
 
 const TOPIC: &str = "orders";
 
+/// An agent whose groups complete their first rebalance at once (no initial delay), so each
+/// step below gets its answer immediately.
+async fn group_agent() -> Agent {
+    let settings = weir_server::BrokerSettings {
+        groups: weir_groups::GroupSettings {
+            initial_rebalance_delay_ms: 0,
+            ..weir_groups::GroupSettings::default()
+        },
+        ..weir_server::BrokerSettings::default()
+    };
+    Agent::start(settings, weir_produce::ProduceSettings::default()).await
+}
+
 fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
 }
@@ -278,7 +291,7 @@ async fn member_life(agent: &Agent, version: i16) {
 
 #[tokio::test]
 async fn test_group_apis_at_every_served_version() {
-    let agent = Agent::start_default().await;
+    let agent = group_agent().await;
     agent.create_topic(TOPIC, 2).await;
     for version in 0..=9 {
         member_life(&agent, version).await;
@@ -289,7 +302,7 @@ async fn test_group_apis_at_every_served_version() {
 /// group nobody joined, and are deleted with the topic.
 #[tokio::test]
 async fn test_group_simple_commit_and_topic_deletion() {
-    let agent = Agent::start_default().await;
+    let agent = group_agent().await;
     agent.create_topic(TOPIC, 2).await;
     let mut client = agent.connect().await;
     assert_eq!(commit(&mut client, "simple", "", -1, 8, 42).await, 0);
@@ -317,7 +330,7 @@ async fn test_group_simple_commit_and_topic_deletion() {
 /// oversized protocol metadata, a session timeout out of bounds. Error codes, bounded state.
 #[tokio::test]
 async fn test_group_join_flood_and_bad_joins_are_bounded() {
-    let agent = Agent::start_default().await;
+    let agent = group_agent().await;
     let mut client = agent.connect().await;
     let join = |metadata: Bytes, session_timeout_ms: i32| {
         JoinGroupRequest::default()

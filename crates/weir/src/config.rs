@@ -84,6 +84,8 @@ pub(crate) struct GroupsConfig {
     pub(crate) max_session_timeout: Duration,
     pub(crate) max_group_size: usize,
     pub(crate) max_groups: usize,
+    #[serde(with = "humantime_serde")]
+    pub(crate) initial_rebalance_delay: Duration,
 }
 
 impl GroupsConfig {
@@ -95,6 +97,7 @@ impl GroupsConfig {
             max_session_timeout_ms: millis(self.max_session_timeout),
             max_members_per_group: self.max_group_size,
             max_groups: self.max_groups,
+            initial_rebalance_delay_ms: i64::from(millis(self.initial_rebalance_delay)),
             ..weir_groups::GroupSettings::default()
         }
     }

@@ -13,8 +13,12 @@ fn core_with(settings: GroupSettings) -> (CoordinatorCore, ManualClock) {
     )
 }
 
+/// No initial rebalance delay: most tests look at one rebalance at a time.
 fn core() -> (CoordinatorCore, ManualClock) {
-    core_with(GroupSettings::default())
+    core_with(GroupSettings {
+        initial_rebalance_delay_ms: 0,
+        ..GroupSettings::default()
+    })
 }
 
 fn join_request(member_id: &str, instance: Option<&str>, protocols: &[&str]) -> JoinRequest {
@@ -406,6 +410,33 @@ fn test_coordinator_bounded_members_and_pending_ids() {
 }
 
 #[test]
+fn test_coordinator_initial_rebalance_delay_gathers_members_starting_together() {
+    let (mut core, clock) = core_with(GroupSettings::default());
+    assert!(answer(&core.join(1, join_request("", None, &["range"])), 1).is_none());
+    clock.advance_ms(1_000);
+    assert!(core.tick().joins.is_empty(), "still inside the delay");
+    assert!(answer(&core.join(2, join_request("", None, &["range"])), 2).is_none());
+    assert_eq!(core.next_deadline(), Some(1_000_000 + 3_000));
+    clock.advance_ms(2_000);
+    let effects = core.tick();
+    let first = answer(&effects, 1).expect("answered when the delay ends");
+    let second = answer(&effects, 2).unwrap();
+    assert_eq!(
+        (first.generation_id, second.generation_id),
+        (1, 1),
+        "one rebalance for both"
+    );
+    assert_eq!(first.members.len() + second.members.len(), 2);
+    // A group that is not empty rebalances without the delay.
+    let effects = core.join(3, join_request("", None, &["range"]));
+    assert!(answer(&effects, 3).is_none());
+    let rejoin_first = core.join(4, join_request(&first.member_id, None, &["range"]));
+    assert!(answer(&rejoin_first, 4).is_none());
+    let rejoin_second = core.join(5, join_request(&second.member_id, None, &["range"]));
+    assert_eq!(answer(&rejoin_second, 3).unwrap().generation_id, 2);
+}
+
+#[test]
 fn test_coordinator_delete_refuses_non_empty_group() {
     let (mut core, _clock) = core();
     let leader = stable_single(&mut core);
@@ -513,7 +544,8 @@ mod properties {
         /// time moves past every timeout, and the group then holds nobody (no hang, no leak).
         #[test]
         fn test_coordinator_every_parked_request_answered_once(ops in proptest::collection::vec(op(), 1..80)) {
-            let (mut core, clock) = core();
+            // Default settings: the initial rebalance delay is in play too.
+            let (mut core, clock) = core_with(GroupSettings::default());
             let mut driver = Driver::default();
             let mut slots: BTreeMap<Token, u8> = BTreeMap::new();
             for op in ops {
