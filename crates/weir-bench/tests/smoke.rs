@@ -57,3 +57,21 @@ fn test_bench_smoke_workload_against_spawned_agent() {
     let plot = std::fs::read_to_string(&svg).expect("svg written");
     assert!(plot.starts_with("<svg") && plot.contains("<polyline"));
 }
+
+#[test]
+fn test_weir_bench_subcommand_execs_weir_bench() {
+    let weir = weir_bin();
+    assert!(weir.exists(), "weir binary not found at {}", weir.display());
+    // `weir bench` runs the `weir-bench` next to `weir`; this test's own binary dir holds it.
+    let sibling = weir.with_file_name("weir-bench");
+    if !sibling.exists() {
+        eprintln!("skipped: {} not built next to weir", sibling.display());
+        return;
+    }
+    let output = Command::new(&weir)
+        .args(["bench", "--version"])
+        .output()
+        .expect("run weir bench");
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("weir-bench "));
+}
