@@ -199,4 +199,17 @@ warmupDurationMinutes: 1
             "name is required"
         );
     }
+
+    #[test]
+    fn test_workload_payload_file_relative_to_workload() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("payload")).unwrap();
+        std::fs::write(dir.path().join("payload/p.data"), b"0123456789abcdef").unwrap();
+        let file = dir.path().join("w.yaml");
+        std::fs::write(&file, "name: p\npayloadFile: payload/p.data\n").unwrap();
+        let w = Workload::load(&file).unwrap();
+        assert_eq!(w.payload().unwrap(), b"0123456789abcdef");
+        std::fs::write(&file, "name: p\npayloadFile: payload/missing.data\n").unwrap();
+        assert!(Workload::load(&file).unwrap().payload().is_err());
+    }
 }
