@@ -130,6 +130,17 @@ impl FetchReader {
         let mut index = 0;
         while index < plan.entries.len() {
             let (first, holders) = &plan.entries[index];
+            // Fresh batches are cached one range per batch (write-through): serve a hit before
+            // coalescing, or a multi-batch range would miss the cache and go to storage.
+            let first_key = keys::ingest_file(&first.file_id.to_string(), first.file_id.unix_ms());
+            let first_range = first.byte_offset..first.byte_offset + u64::from(first.len);
+            if let Some(batch) = self.cache.get(&first_key, first_range) {
+                let position = out.len();
+                out.extend_from_slice(&batch);
+                rewrite_offsets(&mut out[position..], first.base_offset, LEADER_EPOCH);
+                index += 1;
+                continue;
+            }
             let mut end = index + 1;
             while end < plan.entries.len()
                 && plan.entries[end].0.file_id == first.file_id
