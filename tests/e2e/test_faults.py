@@ -127,3 +127,30 @@ def test_fault_storage_errors_and_latency(agent, seed):
     report = Report("storage-errors-5pct-s3-express", seed)
     wait_until(lambda: acked(producers) >= 3000, WAIT_S, "acks under storage faults")
     finish(agent, topic, producers, report)
+
+
+def test_fault_one_bucket_down_with_two_of_three_quorum(agent):
+    """Three file:// ingest buckets, quorum 2. Bucket 2 is down while producers run; the agent is
+    killed and comes back with bucket 2 up and bucket 1 down instead, so every file written
+    before the crash (held by buckets 0 and 1) must now be read without bucket 1."""
+    seed = 3
+    root = agent.data_dir.parent / "buckets"
+    buckets = [f"file://{root}/b{i}" for i in range(3)]
+    layout = [arg for url in buckets for arg in ("--ingest-bucket", url)] + ["--quorum", "2"]
+    topic = unique("quorum")
+    agent.stop()
+    agent.start(extra_args=layout + ["--down-bucket", "2"])
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
+    producers = start_producers(agent, topic)
+    report = Report("2-of-3-one-bucket-down-then-another", seed)
+    wait_until(lambda: acked(producers) >= 2000, WAIT_S, "acks with bucket 2 down")
+    agent.kill9()
+    report.crashes += 1
+    before = acked(producers)
+    agent.start(extra_args=layout + ["--down-bucket", "1"])
+    wait_until(lambda: acked(producers) >= before + 2000, WAIT_S, "acks with bucket 1 down")
+    finish(agent, topic, producers, report)
+    # Files from before the crash live in buckets 0 and 1 only; after it, in 0 and 2.
+    ingest = [sorted(p.name for p in (root / f"b{i}" / "ingest").rglob("*.weir")) for i in range(3)]
+    assert ingest[0] and ingest[1] and ingest[2], [len(files) for files in ingest]
+    assert not set(ingest[1]) & set(ingest[2]), "a file reached a bucket that was down"

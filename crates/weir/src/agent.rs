@@ -59,6 +59,16 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if let Some(seed) = args.fault_seed {
         config.storage.fault_seed = seed;
     }
+    if !args.ingest_buckets.is_empty() {
+        config.storage.ingest_buckets = args.ingest_buckets.clone();
+    }
+    if let Some(quorum) = args.quorum {
+        config.storage.quorum = quorum;
+    }
+    if !args.down_buckets.is_empty() {
+        config.storage.down_buckets = args.down_buckets.clone();
+    }
+    config.validate()?;
     if let Some(inflight) = args.max_inflight_per_connection {
         anyhow::ensure!(
             inflight >= 1,
@@ -83,6 +93,14 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
         .map(|(index, url)| {
             let store = open_store(url).with_context(|| format!("opening bucket {url}"))?;
             let bucket_seed = seed.wrapping_add(index as u64);
+            if config.storage.down_buckets.contains(&index) {
+                let profile = LatencyProfile::named(&config.storage.profile)
+                    .context("unknown storage profile")?;
+                let down = ModelStore::new(store, profile, bucket_seed)?;
+                down.set_outage(true);
+                tracing::warn!(bucket = index, %url, "fault test: bucket is down for this run");
+                return Ok(Arc::new(down) as Arc<dyn ObjectStore>);
+            }
             if config.storage.error_rate == 0.0 {
                 return Ok(maybe_wrap(store, &config.storage.profile, bucket_seed)?);
             }

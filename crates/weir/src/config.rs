@@ -55,6 +55,7 @@ pub(crate) struct StorageConfig {
     pub(crate) profile: String,
     pub(crate) error_rate: f64,
     pub(crate) fault_seed: u64,
+    pub(crate) down_buckets: Vec<usize>,
     pub(crate) cache_bytes: usize,
 }
 
@@ -163,7 +164,7 @@ impl Config {
         Ok(config)
     }
 
-    fn validate(&self) -> anyhow::Result<()> {
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
         if self.storage.quorum == 0 {
             bail!("storage.quorum must be at least 1");
         }
@@ -175,6 +176,10 @@ impl Config {
                 self.storage.quorum,
                 self.storage.ingest_buckets.len()
             );
+        }
+        let buckets = self.storage.ingest_buckets.len().max(1);
+        if let Some(bad) = self.storage.down_buckets.iter().find(|b| **b >= buckets) {
+            bail!("storage.down_buckets names bucket {bad}, but there are {buckets}");
         }
         if self.kafka.num_partitions < 1 {
             bail!("kafka.num_partitions must be at least 1");

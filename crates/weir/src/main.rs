@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run an agent: Kafka listener, produce and fetch paths, embedded control plane.
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
     /// Run a benchmark workload: executes the `weir-bench` binary next to this one (a separate
     /// binary so the agent never links librdkafka); `weir bench --help` shows its options.
     #[command(disable_help_flag = true)]
@@ -70,6 +70,15 @@ pub(crate) struct AgentArgs {
     /// Seed of the storage latency/fault model (0: random).
     #[arg(long)]
     fault_seed: Option<u64>,
+    /// Ingest bucket URL; repeat for several (replaces storage.ingest_buckets).
+    #[arg(long = "ingest-bucket")]
+    ingest_buckets: Vec<String>,
+    /// Buckets that must hold a file before it commits (k of n).
+    #[arg(long)]
+    quorum: Option<usize>,
+    /// Fault test: treat ingest bucket N (0-based) as down for the whole run; repeatable.
+    #[arg(long = "down-bucket")]
+    down_buckets: Vec<usize>,
 }
 
 /// `weir bench ARGS`: replaces this process with `weir-bench ARGS`, found next to this binary
