@@ -2,7 +2,11 @@
 CARGO_TARGET_DIR ?= /var/tmp/weir-target
 export CARGO_TARGET_DIR
 
-.PHONY: run build test test-unit test-e2e lint fmt
+.PHONY: run build test test-unit test-e2e sim lint fmt
+
+# More simulation seeds than `make test` runs: make sim SEEDS=1000 START=40
+SEEDS ?= 200
+START ?= 40
 
 run:
 	cargo run --release -p weir -- agent
@@ -18,6 +22,9 @@ test-unit: build
 test-e2e: build
 	tests/setup.sh
 	WEIR_BIN=$(CARGO_TARGET_DIR)/debug/weir .venv/bin/pytest tests/e2e
+
+sim:
+	cargo run --release -p weir-sim -- --start $(START) --seeds $(SEEDS)
 
 lint:
 	cargo fmt --all -- --check

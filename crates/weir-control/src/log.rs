@@ -77,6 +77,21 @@ pub struct LogStore {
     write_attempts: u32,
 }
 
+/// The durable state as replay finds it.
+#[derive(Debug)]
+pub struct Replayed {
+    /// State after every live slot (all of it stable).
+    pub state: State,
+    /// The snapshot replay started from, if any.
+    pub snapshot_seq: Option<u64>,
+    /// Live slots applied after the snapshot.
+    pub replayed: u64,
+    /// Dead slots skipped: written by a deposed writer after a later epoch's record.
+    pub dead: u64,
+    /// The first missing slot: where the next writer puts its `NewEpoch`.
+    pub gap: u64,
+}
+
 /// The result of recovery: the durable state and where the new writer continues.
 #[derive(Debug)]
 pub struct Recovered {
@@ -275,13 +290,10 @@ impl LogStore {
         Ok(None)
     }
 
-    /// Recovers the durable state and takes over as writer with a fresh epoch.
-    pub async fn recover(
-        &self,
-        address: &str,
-        new_cluster_id: &str,
-    ) -> Result<Recovered, LogError> {
-        let epoch = self.claim_epoch(address).await?;
+    /// Reads the durable state without writing anything: the newest readable snapshot, then the
+    /// contiguous log after it, skipping dead slots. Recovery uses it after claiming an epoch;
+    /// the simulator's auditor uses it to see exactly what a recovering writer would see.
+    pub async fn replay(&self) -> Result<Replayed, LogError> {
         let (snapshot_seq, mut state) = match self.load_snapshot().await? {
             Some((seq, state)) => (Some(seq), state),
             None => (None, State::default()),
@@ -290,6 +302,7 @@ impl LogStore {
         let mut seq = snapshot_seq.map_or(0, |s| s + 1);
         let mut log_epoch = state.epoch;
         let mut replayed = 0u64;
+        let mut dead = 0u64;
         while let Some((record_epoch, record)) = self.read_record(seq).await? {
             if record_epoch >= log_epoch {
                 log_epoch = record_epoch;
@@ -297,11 +310,35 @@ impl LogStore {
                     state.apply(entry);
                 }
                 replayed += 1;
+            } else {
+                dead += 1;
             }
             seq += 1;
         }
         state.mark_all_stable();
-        let gap = seq;
+        Ok(Replayed {
+            state,
+            snapshot_seq,
+            replayed,
+            dead,
+            gap: seq,
+        })
+    }
+
+    /// Recovers the durable state and takes over as writer with a fresh epoch.
+    pub async fn recover(
+        &self,
+        address: &str,
+        new_cluster_id: &str,
+    ) -> Result<Recovered, LogError> {
+        let epoch = self.claim_epoch(address).await?;
+        let Replayed {
+            mut state,
+            snapshot_seq,
+            replayed,
+            gap,
+            ..
+        } = self.replay().await?;
         let cluster_id = if state.cluster_id.is_empty() {
             new_cluster_id.to_string()
         } else {

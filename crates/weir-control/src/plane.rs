@@ -35,6 +35,10 @@ pub struct ControlPlaneSettings {
     pub write_attempts: u32,
     /// Advertised address recorded in the epoch object.
     pub address: String,
+    /// Serialise snapshots on the actor's runtime thread instead of a blocking thread. Only the
+    /// deterministic simulator sets this: a blocking thread finishes at a time the seed does not
+    /// control. Large states stall the writer while encoding, so production leaves it off.
+    pub encode_snapshots_inline: bool,
 }
 
 impl Default for ControlPlaneSettings {
@@ -45,6 +49,7 @@ impl Default for ControlPlaneSettings {
             snapshot_every_slots: 1000,
             write_attempts: 5,
             address: String::new(),
+            encode_snapshots_inline: false,
         }
     }
 }
@@ -378,14 +383,20 @@ impl Writer {
         if let Some(snapshot) = slot.snapshot {
             let log = self.log.clone();
             let seq = slot.seq;
+            let inline = self.settings.encode_snapshots_inline;
             tokio::spawn(async move {
-                let encoded = tokio::task::spawn_blocking(move || {
+                let bytes = if inline {
                     LogStore::encode_snapshot(epoch, seq, &snapshot)
-                })
-                .await;
-                let Ok(bytes) = encoded else {
-                    warn!(seq, "snapshot encoding failed");
-                    return;
+                } else {
+                    let encoded = tokio::task::spawn_blocking(move || {
+                        LogStore::encode_snapshot(epoch, seq, &snapshot)
+                    })
+                    .await;
+                    let Ok(bytes) = encoded else {
+                        warn!(seq, "snapshot encoding failed");
+                        return;
+                    };
+                    bytes
                 };
                 if let Err(err) = log.write_snapshot(seq, bytes).await {
                     warn!(seq, epoch, error = %err, "snapshot write failed");

@@ -467,8 +467,19 @@ fn last_sequence(batch: &BatchCommit) -> i32 {
 
 fn check_sequence(partition: &PartitionState, batch: &BatchCommit) -> SequenceCheck {
     let Some(producer) = partition.producers.get(&batch.producer_id) else {
-        // First batch of this producer on this partition: any sequence starts the stream.
-        return SequenceCheck::Accept;
+        // First batch of this producer on this partition: it must start the stream at 0. Kafka
+        // accepts any sequence here because retention may have removed the producer's state;
+        // Weir keeps that state, and accepting a later batch first would let it overtake an
+        // earlier one whose file failed to upload — the earlier one's retry could then never
+        // be placed (the simulator found this: seed 17).
+        return if batch.base_sequence == 0 {
+            SequenceCheck::Accept
+        } else {
+            SequenceCheck::Reject(ControlError::OutOfOrderSequence {
+                expected: 0,
+                got: batch.base_sequence,
+            })
+        };
     };
     if batch.producer_epoch < producer.epoch {
         return SequenceCheck::Reject(ControlError::InvalidProducerEpoch {

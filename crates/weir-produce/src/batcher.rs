@@ -72,7 +72,14 @@ impl Batcher {
         let mut open: Option<OpenFile> = None;
         loop {
             let deadline = open.as_ref().map(|file| file.deadline);
+            // Biased, deadline first: a due file seals even under a steady stream of tickets,
+            // and the order of events depends only on the inputs (the simulator replays seeds).
             tokio::select! {
+                biased;
+                _ = sleep_until_opt(deadline), if deadline.is_some() => {
+                    let due = open.take().expect("deadline implies an open file");
+                    self.seal(due).await;
+                }
                 queued = tickets.recv() => {
                     let Some(queued) = queued else { break };
                     let file = open.get_or_insert_with(|| OpenFile {
@@ -86,10 +93,6 @@ impl Batcher {
                         let full = open.take().expect("just appended");
                         self.seal(full).await;
                     }
-                }
-                _ = sleep_until_opt(deadline), if deadline.is_some() => {
-                    let due = open.take().expect("deadline implies an open file");
-                    self.seal(due).await;
                 }
             }
         }

@@ -72,16 +72,18 @@ impl Committer {
             broken: false,
         };
         loop {
+            // Biased so the order of events depends only on the inputs (simulator replay).
             tokio::select! {
-                uploaded = self.uploads.recv() => {
-                    let Some(uploaded) = uploaded else { break };
-                    waiting.insert(uploaded.seq, uploaded);
-                }
+                biased;
                 Some(committed) = results_rx.recv() => {
                     chain.in_flight -= 1;
                     if !committed {
                         chain.broken = true;
                     }
+                }
+                uploaded = self.uploads.recv() => {
+                    let Some(uploaded) = uploaded else { break };
+                    waiting.insert(uploaded.seq, uploaded);
                 }
             }
             if chain.broken && chain.in_flight == 0 {

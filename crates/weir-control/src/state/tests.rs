@@ -119,6 +119,36 @@ fn test_state_idempotent_retry_returns_original_offset() {
     );
 }
 
+/// A producer's first batch on a partition must have sequence 0: a later batch whose file
+/// committed while the first one's upload failed must not start the stream (found by weir-sim).
+#[test]
+fn test_state_first_batch_of_a_producer_must_start_at_sequence_zero() {
+    let mut state = state_with_topic(2);
+    let EntryResult::InitProducerId(Ok((pid, epoch))) =
+        state.apply(&Entry::InitProducerId { existing: None })
+    else {
+        panic!()
+    };
+    let early = commit(&mut state, 1, vec![batch(0, 2, (pid, epoch, 3))]);
+    assert_eq!(
+        early[0],
+        BatchOutcome::Rejected(ControlError::OutOfOrderSequence {
+            expected: 0,
+            got: 3
+        })
+    );
+    assert_eq!(state.partition(&topic_id(1), 0).unwrap().high_watermark, 0);
+    let in_order = commit(
+        &mut state,
+        2,
+        vec![batch(0, 3, (pid, epoch, 0)), batch(0, 2, (pid, epoch, 3))],
+    );
+    assert_eq!(in_order.iter().map(base).collect::<Vec<_>>(), vec![0, 3]);
+    // Each partition starts its own stream at 0.
+    let other = commit(&mut state, 3, vec![batch(1, 1, (pid, epoch, 0))]);
+    assert_eq!(base(&other[0]), 0);
+}
+
 #[test]
 fn test_state_old_epoch_is_fenced_and_unknown_pid_rejected() {
     let mut state = state_with_topic(1);

@@ -1,0 +1,209 @@
+//! The per-incarnation store wrapper: a process that can die, and a bucket that can turn slow.
+//!
+//! Every agent incarnation sees each bucket through its own [`Gate`] over the bucket's shared
+//! [`weir_storage::ModelStore`]. Halting the gate models `kill -9`: operations the incarnation
+//! starts afterwards never return, while operations already in flight (sleeping in the model)
+//! still land — a request on the wire outlives the process that sent it. The slow knob is shared
+//! by all incarnations of one bucket and adds a fixed delay before each operation. Some PUTs
+//! that landed report a timeout anyway (the ambiguous write every object-store client must
+//! handle), at a seeded rate shared by all incarnations of the bucket.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+};
+
+/// Faults of one bucket shared by every incarnation's gate.
+#[derive(Debug)]
+pub(crate) struct BucketFaults {
+    /// Extra delay before every operation, in milliseconds (0: none).
+    pub(crate) slow_ms: AtomicU64,
+    /// Probability that a PUT which landed reports a timeout.
+    pub(crate) ambiguous_rate: f64,
+    pub(crate) rng: Mutex<fastrand::Rng>,
+}
+
+impl BucketFaults {
+    pub(crate) fn new(ambiguous_rate: f64, seed: u64) -> BucketFaults {
+        BucketFaults {
+            slow_ms: AtomicU64::new(0),
+            ambiguous_rate,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+        }
+    }
+
+    fn lie(&self) -> bool {
+        self.ambiguous_rate > 0.0
+            && self.rng.lock().unwrap_or_else(|e| e.into_inner()).f64() < self.ambiguous_rate
+    }
+}
+
+/// One incarnation's view of one bucket.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    inner: Arc<dyn ObjectStore>,
+    halted: Arc<AtomicBool>,
+    faults: Arc<BucketFaults>,
+}
+
+impl Gate {
+    pub(crate) fn new(
+        inner: Arc<dyn ObjectStore>,
+        halted: Arc<AtomicBool>,
+        faults: Arc<BucketFaults>,
+    ) -> Gate {
+        Gate {
+            inner,
+            halted,
+            faults,
+        }
+    }
+
+    /// Waits out the bucket's slowness, or forever if the incarnation is dead.
+    async fn pass(&self) {
+        pass(&self.halted, &self.faults).await;
+    }
+}
+
+async fn pass(halted: &AtomicBool, faults: &BucketFaults) {
+    if halted.load(Ordering::SeqCst) {
+        futures::future::pending::<()>().await;
+    }
+    let slow = faults.slow_ms.load(Ordering::SeqCst);
+    if slow > 0 {
+        tokio::time::sleep(Duration::from_millis(slow)).await;
+    }
+}
+
+impl fmt::Display for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gate({})", self.inner)
+    }
+}
+
+fn gated_stream<T: Send + 'static>(
+    halted: Arc<AtomicBool>,
+    faults: Arc<BucketFaults>,
+    inner: BoxStream<'static, object_store::Result<T>>,
+) -> BoxStream<'static, object_store::Result<T>> {
+    stream::once(async move {
+        pass(&halted, &faults).await;
+        inner
+    })
+    .flatten()
+    .boxed()
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl ObjectStore for Gate {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.pass().await;
+        let result = self.inner.put_opts(location, payload, opts).await?;
+        if self.faults.lie() {
+            return Err(object_store::Error::Generic {
+                store: "sim",
+                source: "timed out (the write landed)".into(),
+            });
+        }
+        Ok(result)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.pass().await;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.pass().await;
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        self.pass().await;
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        gated_stream(
+            self.halted.clone(),
+            self.faults.clone(),
+            self.inner.delete_stream(locations),
+        )
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        gated_stream(
+            self.halted.clone(),
+            self.faults.clone(),
+            self.inner.list(prefix),
+        )
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        gated_stream(
+            self.halted.clone(),
+            self.faults.clone(),
+            self.inner.list_with_offset(prefix, offset),
+        )
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.pass().await;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.pass().await;
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        self.pass().await;
+        self.inner.rename_opts(from, to, options).await
+    }
+}
