@@ -4,7 +4,8 @@
 //! - [`url`] — open a store by URL (`memory://`, `file://` with fsync on).
 //! - [`model`] — latency and fault model wrapper with named cloud profiles.
 //! - [`cache`] — byte-bounded LRU read cache, written through by fresh uploads.
-//! - [`quorum`] — write one object to a quorum of buckets; read from any holder.
+//! - [`quorum`] — write one object to a quorum of buckets (background copies bounded per
+//!   bucket); read from any holder.
 //! - [`error`] — [`StorageError`].
 
 pub mod cache;
@@ -17,5 +18,5 @@ pub mod url;
 pub use cache::{CacheStats, ReadCache};
 pub use error::StorageError;
 pub use model::{maybe_wrap, LatencyProfile, ModelStore, OpLatency, PutPhases, PROFILE_NAMES};
-pub use quorum::QuorumWriter;
+pub use quorum::{LagStats, QuorumWriter, DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET};
 pub use url::{local_store, open_store};

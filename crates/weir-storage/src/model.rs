@@ -238,6 +238,26 @@ impl LatencyProfile {
         Some(p)
     }
 
+    /// A profile that adds exactly `delay` to every operation (PUT, each multipart part, GET,
+    /// HEAD, LIST, DELETE, copy, rename) and nothing else. Stacked over another [`ModelStore`],
+    /// it makes that bucket persistently slow by `delay`.
+    pub fn constant(name: &str, delay: Duration) -> LatencyProfile {
+        let fixed = OpLatency {
+            p50: delay,
+            p99: delay,
+        };
+        LatencyProfile {
+            name: name.to_string(),
+            put: fixed,
+            put_phases: None,
+            get: fixed,
+            list: fixed,
+            delete: fixed,
+            bandwidth_bytes_per_sec: 0,
+            error_rate: 0.0,
+        }
+    }
+
     /// Returns the profile with `error_rate` replaced.
     pub fn with_error_rate(mut self, error_rate: f64) -> LatencyProfile {
         self.error_rate = error_rate;
@@ -691,6 +711,41 @@ mod tests {
         assert!(
             took >= Duration::from_millis(109) && took <= Duration::from_millis(111),
             "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_model_constant_profile_stacks_on_another_model() {
+        let inner: Arc<dyn ObjectStore> = Arc::new(
+            ModelStore::new(
+                mem(),
+                LatencyProfile::constant("base", Duration::from_millis(5)),
+                1,
+            )
+            .unwrap(),
+        );
+        let slow = ModelStore::new(
+            inner,
+            LatencyProfile::constant("slow", Duration::from_secs(2)),
+            2,
+        )
+        .unwrap();
+        let key = Path::from("a");
+        let start = tokio::time::Instant::now();
+        slow.put(&key, PutPayload::from_static(b"xy"))
+            .await
+            .unwrap();
+        let put = start.elapsed();
+        assert!(
+            put >= Duration::from_millis(2_004) && put <= Duration::from_millis(2_006),
+            "{put:?}"
+        );
+        let start = tokio::time::Instant::now();
+        assert_eq!(&slow.get_range(&key, 0..1).await.unwrap()[..], b"x");
+        let get = start.elapsed();
+        assert!(
+            get >= Duration::from_millis(2_004) && get <= Duration::from_millis(2_006),
+            "{get:?}"
         );
     }
 

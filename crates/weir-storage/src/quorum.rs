@@ -2,30 +2,64 @@
 //!
 //! [`QuorumWriter::put`] writes one object to all `n` buckets in parallel and returns as soon as
 //! `k` of them acknowledged it, with the indices of those holders; the remaining writes keep
-//! running in the background (they are spawned tasks, never cancelled), so the object usually
-//! ends up in all `n` buckets. Reads go to any bucket that holds the object.
+//! running in the background (spawned tasks), so the object usually ends up in all `n` buckets.
+//! Reads go to any bucket that holds the object.
+//!
+//! Background writes are bounded per bucket: each bucket has a budget of payload bytes it may
+//! have in writes that are still running after their put returned
+//! ([`QuorumWriter::with_max_lagging_bytes`]). When a put returns, a remaining write whose bucket
+//! has no budget left is abandoned (its task aborted) instead of piling up behind a slow bucket.
+//! That is safe because holder lists only ever name buckets that acknowledged before the put
+//! returned, so no read is ever sent to an abandoned copy. Abandoned writes are counted
+//! ([`QuorumWriter::lag_stats`]) and reported by a rate-limited warning.
 //!
 //! Not yet: hedging slow buckets, and reporting background completions to the caller.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
+use tokio::task::AbortHandle;
 
 use crate::StorageError;
+
+/// Default budget of payload bytes in background writes per bucket (64 MiB).
+pub const DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET: u64 = 64 << 20;
+
+/// At most one "abandoned background writes" warning per bucket per this interval.
+const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Background-write figures of one bucket (see [`QuorumWriter::lag_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LagStats {
+    /// Writes still running after their put returned.
+    pub lagging_writes: u64,
+    /// Their payload bytes (never above the budget).
+    pub lagging_bytes: u64,
+    /// Writes abandoned since start because the budget was used up.
+    pub abandoned_writes: u64,
+    /// Their payload bytes.
+    pub abandoned_bytes: u64,
+}
 
 /// Writes objects to a quorum of buckets.
 #[derive(Debug, Clone)]
 pub struct QuorumWriter {
     buckets: Vec<Arc<dyn ObjectStore>>,
     quorum: usize,
+    max_lagging_bytes: u64,
+    /// One per bucket, shared by clones of this writer.
+    lag: Vec<Arc<BucketLag>>,
 }
 
 impl QuorumWriter {
-    /// A writer over `buckets` that needs `quorum` acknowledgements (1 ≤ quorum ≤ buckets).
+    /// A writer over `buckets` that needs `quorum` acknowledgements (1 ≤ quorum ≤ buckets), with
+    /// the default background-write budget ([`DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET`]).
     pub fn new(buckets: Vec<Arc<dyn ObjectStore>>, quorum: usize) -> Result<Self, StorageError> {
         if quorum == 0 || quorum > buckets.len() {
             return Err(StorageError::InvalidConfig(format!(
@@ -33,7 +67,27 @@ impl QuorumWriter {
                 buckets.len()
             )));
         }
-        Ok(QuorumWriter { buckets, quorum })
+        let lag = buckets.iter().map(|_| Arc::default()).collect();
+        Ok(QuorumWriter {
+            buckets,
+            quorum,
+            max_lagging_bytes: DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET,
+            lag,
+        })
+    }
+
+    /// Sets the budget of payload bytes each bucket may have in writes still running after their
+    /// put returned. Larger keeps more extra copies through a slow patch of one bucket, at the
+    /// cost of up to `bytes` of memory per bucket; 0 abandons every write still running when
+    /// its put returns (objects then land in the quorum and whichever buckets were as fast).
+    pub fn with_max_lagging_bytes(mut self, bytes: u64) -> Self {
+        self.max_lagging_bytes = bytes;
+        self
+    }
+
+    /// The budget set by [`Self::with_max_lagging_bytes`].
+    pub fn max_lagging_bytes(&self) -> u64 {
+        self.max_lagging_bytes
     }
 
     /// The buckets, indexed as in holder lists.
@@ -46,6 +100,11 @@ impl QuorumWriter {
         self.quorum
     }
 
+    /// Background-write figures per bucket, indexed as [`Self::buckets`].
+    pub fn lag_stats(&self) -> Vec<LagStats> {
+        self.lag.iter().map(|lag| lag.stats()).collect()
+    }
+
     /// Writes `payload` to `path` in every bucket (overwrite mode); see [`Self::put_opts`].
     pub async fn put(&self, path: &Path, payload: PutPayload) -> Result<Vec<usize>, StorageError> {
         self.put_opts(path, payload, PutOptions::default()).await
@@ -53,33 +112,43 @@ impl QuorumWriter {
 
     /// Writes `payload` to `path` in every bucket with `opts`. Returns the sorted indices of the
     /// buckets that acknowledged once `quorum` did; fails with [`StorageError::QuorumFailed`]
-    /// as soon as so many buckets failed that a quorum is impossible. Writes still in flight
-    /// continue in the background either way.
+    /// as soon as so many buckets failed that a quorum is impossible. Either way (and if this
+    /// future is dropped early), writes still in flight continue in the background while their
+    /// bucket's budget allows and are abandoned otherwise; they never appear in a holder list.
     pub async fn put_opts(
         &self,
         path: &Path,
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<Vec<usize>, StorageError> {
-        let mut pending: FuturesUnordered<_> = self
-            .buckets
-            .iter()
-            .enumerate()
-            .map(|(i, bucket)| {
-                let bucket = Arc::clone(bucket);
-                let path = path.clone();
-                let payload = payload.clone();
-                let opts = opts.clone();
-                let task = tokio::spawn(async move {
-                    let result = bucket.put_opts(&path, payload, opts).await;
-                    if let Err(e) = &result {
-                        tracing::debug!(bucket = i, %path, error = %e, "quorum put to bucket failed");
-                    }
-                    result
-                });
-                async move { (i, task.await) }
-            })
-            .collect();
+        let mut in_flight = InFlight {
+            writer: self,
+            bytes: payload.content_length() as u64,
+            writes: Vec::with_capacity(self.buckets.len()),
+        };
+        let mut pending = FuturesUnordered::new();
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            let bucket = Arc::clone(bucket);
+            let path = path.clone();
+            let payload = payload.clone();
+            let opts = opts.clone();
+            let slot = Arc::new(Mutex::new(Slot::Running));
+            let guard = SlotGuard {
+                slot: Arc::clone(&slot),
+                lag: Arc::clone(&self.lag[i]),
+            };
+            let task = tokio::spawn(async move {
+                // Dropped when the write ends or its task is aborted: releases the budget.
+                let _guard = guard;
+                let result = bucket.put_opts(&path, payload, opts).await;
+                if let Err(e) = &result {
+                    tracing::debug!(bucket = i, %path, error = %e, "quorum put to bucket failed");
+                }
+                result
+            });
+            in_flight.writes.push((slot, task.abort_handle()));
+            pending.push(async move { (i, task.await) });
+        }
 
         let n = self.buckets.len();
         let mut succeeded = Vec::with_capacity(self.quorum);
@@ -89,7 +158,8 @@ impl QuorumWriter {
                 Ok(Ok(_)) => {
                     succeeded.push(i);
                     if succeeded.len() == self.quorum {
-                        // Dropping `pending` detaches the remaining tasks; they run to the end.
+                        // Dropping `pending` detaches the remaining tasks; dropping `in_flight`
+                        // then charges them to their buckets' budgets or aborts them.
                         succeeded.sort_unstable();
                         return Ok(succeeded);
                     }
@@ -136,6 +206,144 @@ impl QuorumWriter {
         }
         Err(last_error
             .unwrap_or_else(|| StorageError::InvalidConfig(format!("no holders given for {path}"))))
+    }
+}
+
+/// Where one bucket's write of one put stands, as far as the budget is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Running, and its put has not returned yet: not charged to the budget.
+    Running,
+    /// Still running after its put returned: charged this many bytes.
+    Charged(u64),
+    /// Finished (or aborted).
+    Done,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lives inside a write's task; marks the slot done and releases its charge when dropped.
+struct SlotGuard {
+    slot: Arc<Mutex<Slot>>,
+    lag: Arc<BucketLag>,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let previous = std::mem::replace(&mut *lock(&self.slot), Slot::Done);
+        if let Slot::Charged(bytes) = previous {
+            self.lag.release(bytes);
+        }
+    }
+}
+
+/// The writes of one put; when dropped (the put returned or was cancelled), every write still
+/// running is charged to its bucket's budget or, if that is used up, aborted.
+struct InFlight<'a> {
+    writer: &'a QuorumWriter,
+    bytes: u64,
+    writes: Vec<(Arc<Mutex<Slot>>, AbortHandle)>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let max = self.writer.max_lagging_bytes;
+        for (i, (slot, task)) in self.writes.iter().enumerate() {
+            let lag = &self.writer.lag[i];
+            // Holding the slot lock, the task cannot finish (and release) in between.
+            let mut state = lock(slot);
+            if *state != Slot::Running {
+                continue;
+            }
+            if lag.try_charge(self.bytes, max) {
+                *state = Slot::Charged(self.bytes);
+            } else {
+                drop(state);
+                task.abort();
+                lag.abandoned(i, self.bytes, max);
+            }
+        }
+    }
+}
+
+/// Background-write accounting of one bucket.
+#[derive(Debug, Default)]
+struct BucketLag {
+    lagging_writes: AtomicU64,
+    lagging_bytes: AtomicU64,
+    abandoned_writes: AtomicU64,
+    abandoned_bytes: AtomicU64,
+    warn: Mutex<WarnLimiter>,
+}
+
+impl BucketLag {
+    /// Charges `bytes` if that keeps the total within `max`.
+    fn try_charge(&self, bytes: u64, max: u64) -> bool {
+        let charged = self
+            .lagging_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+                current.checked_add(bytes).filter(|total| *total <= max)
+            })
+            .is_ok();
+        if charged {
+            self.lagging_writes.fetch_add(1, Ordering::AcqRel);
+        }
+        charged
+    }
+
+    fn release(&self, bytes: u64) {
+        self.lagging_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.lagging_writes.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn abandoned(&self, bucket: usize, bytes: u64, max: u64) {
+        let total = self.abandoned_writes.fetch_add(1, Ordering::AcqRel) + 1;
+        self.abandoned_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if let Some(since_last) = lock(&self.warn).record(Instant::now()) {
+            tracing::warn!(
+                bucket,
+                abandoned = since_last,
+                abandoned_total = total,
+                lagging_bytes = self.lagging_bytes.load(Ordering::Acquire),
+                max_lagging_bytes_per_bucket = max,
+                "bucket is lagging: abandoned background writes beyond the quorum (those files \
+                 stay readable from their quorum holders)"
+            );
+        }
+    }
+
+    fn stats(&self) -> LagStats {
+        LagStats {
+            lagging_writes: self.lagging_writes.load(Ordering::Acquire),
+            lagging_bytes: self.lagging_bytes.load(Ordering::Acquire),
+            abandoned_writes: self.abandoned_writes.load(Ordering::Acquire),
+            abandoned_bytes: self.abandoned_bytes.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// Turns a stream of events into at most one report per [`WARN_INTERVAL`].
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    last: Option<Instant>,
+    unreported: u64,
+}
+
+impl WarnLimiter {
+    /// Records one event at `now`; returns the number of events to report (this one and those
+    /// suppressed since the last report) when a report is due.
+    fn record(&mut self, now: Instant) -> Option<u64> {
+        self.unreported += 1;
+        let due = self
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= WARN_INTERVAL);
+        if !due {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.unreported))
     }
 }
 
@@ -265,5 +473,193 @@ mod tests {
             err,
             StorageError::ObjectStore(object_store::Error::NotFound { .. })
         ));
+    }
+
+    /// Three buckets, quorum 2, bucket 2 takes `slow_ms` per PUT; buckets 0 and 1 take 1 ms.
+    fn slow_third(slow_ms: u64) -> Vec<Arc<ModelStore>> {
+        vec![
+            model(fixed(1), 0),
+            model(fixed(1), 1),
+            model(fixed(slow_ms), 2),
+        ]
+    }
+
+    fn payload(len: usize) -> PutPayload {
+        PutPayload::from(vec![7u8; len])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_lagging_budget_abandons_writes_beyond_it() {
+        let stores = slow_third(1_000);
+        // Room for two 100-byte background writes, not three.
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_max_lagging_bytes(250);
+        let keys: Vec<Path> = (0..5).map(|i| Path::from(format!("k{i}"))).collect();
+        for key in &keys {
+            assert_eq!(qw.put(key, payload(100)).await.unwrap(), vec![0, 1]);
+        }
+        let stats = qw.lag_stats();
+        assert_eq!(stats[0], LagStats::default());
+        assert_eq!(stats[1], LagStats::default());
+        assert_eq!(
+            stats[2],
+            LagStats {
+                lagging_writes: 2,
+                lagging_bytes: 200,
+                abandoned_writes: 3,
+                abandoned_bytes: 300,
+            }
+        );
+
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let stats = qw.lag_stats();
+        assert_eq!((stats[2].lagging_writes, stats[2].lagging_bytes), (0, 0));
+        assert_eq!(stats[2].abandoned_writes, 3);
+        // The two charged writes finished; the abandoned ones never reached the bucket.
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(stores[2].head(key).await.is_ok(), i < 2, "key {i}");
+            assert!(stores[0].head(key).await.is_ok() && stores[1].head(key).await.is_ok());
+            // Reads only ever name the quorum, so every object stays readable.
+            assert_eq!(qw.get_range(&[0, 1], key, 0..2).await.unwrap().len(), 2);
+        }
+
+        // The budget is free again: the next background write is kept.
+        let late = Path::from("late");
+        qw.put(&late, payload(100)).await.unwrap();
+        assert_eq!(qw.lag_stats()[2].lagging_bytes, 100);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert!(stores[2].head(&late).await.is_ok());
+        assert_eq!(qw.lag_stats()[2].abandoned_writes, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_lagging_writes_under_budget_all_complete() {
+        let stores = slow_third(500);
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_max_lagging_bytes(10 * 1_000);
+        let keys: Vec<Path> = (0..10).map(|i| Path::from(format!("k{i}"))).collect();
+        for key in &keys {
+            qw.put(key, payload(1_000)).await.unwrap();
+        }
+        // Exactly at the budget: all ten are kept.
+        assert_eq!(
+            qw.lag_stats()[2],
+            LagStats {
+                lagging_writes: 10,
+                lagging_bytes: 10_000,
+                abandoned_writes: 0,
+                abandoned_bytes: 0,
+            }
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        for key in &keys {
+            assert!(stores[2].head(key).await.is_ok(), "{key}");
+        }
+        assert_eq!(qw.lag_stats()[2], LagStats::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_lagging_budget_released_by_failed_background_write() {
+        let stores = slow_third(1_000);
+        stores[2].set_outage(true);
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_max_lagging_bytes(100);
+        qw.put(&Path::from("a"), payload(100)).await.unwrap();
+        assert_eq!(qw.lag_stats()[2].lagging_bytes, 100);
+        // Full: the next one is abandoned.
+        qw.put(&Path::from("b"), payload(100)).await.unwrap();
+        assert_eq!(qw.lag_stats()[2].abandoned_writes, 1);
+        // The background write fails after its latency and gives its bytes back.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(
+            (
+                qw.lag_stats()[2].lagging_writes,
+                qw.lag_stats()[2].lagging_bytes
+            ),
+            (0, 0)
+        );
+        qw.put(&Path::from("c"), payload(100)).await.unwrap();
+        assert_eq!(qw.lag_stats()[2].lagging_bytes, 100);
+        assert_eq!(qw.lag_stats()[2].abandoned_writes, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_zero_budget_and_clones_share_accounting() {
+        let stores = slow_third(200);
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_max_lagging_bytes(0);
+        let clone = qw.clone();
+        let key = Path::from("k");
+        clone.put(&key, payload(10)).await.unwrap();
+        assert_eq!(qw.lag_stats()[2].abandoned_writes, 1);
+        assert_eq!(qw.lag_stats()[2].abandoned_bytes, 10);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(stores[2].head(&key).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_failed_put_budgets_its_remaining_writes() {
+        // Buckets 0 and 1 fail fast, so the quorum fails while bucket 2 is still writing.
+        let stores = slow_third(1_000);
+        stores[0].set_outage(true);
+        stores[1].set_outage(true);
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_max_lagging_bytes(0);
+        let key = Path::from("k");
+        assert!(qw.put(&key, payload(10)).await.is_err());
+        assert_eq!(qw.lag_stats()[2].abandoned_writes, 1);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert!(stores[2].head(&key).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_cancelled_put_budgets_its_writes() {
+        let stores = slow_third(1_000);
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_max_lagging_bytes(10);
+        let key = Path::from("k");
+        // Dropped before any bucket answered (they take 1 ms and 1 s).
+        let put = tokio::time::timeout(Duration::from_micros(100), qw.put(&key, payload(10)));
+        assert!(put.await.is_err());
+        let stats = qw.lag_stats();
+        // Each bucket had room for its one write: all three are kept and finish.
+        assert!(stats
+            .iter()
+            .all(|s| s.lagging_bytes == 10 && s.abandoned_writes == 0));
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        for store in &stores {
+            assert!(store.head(&key).await.is_ok());
+        }
+        assert!(qw.lag_stats().iter().all(|s| *s == LagStats::default()));
+
+        // With no budget, a cancelled put's writes are all abandoned.
+        let qw = qw.with_max_lagging_bytes(0);
+        let other = Path::from("other");
+        let put = tokio::time::timeout(Duration::from_micros(100), qw.put(&other, payload(10)));
+        assert!(put.await.is_err());
+        assert!(qw.lag_stats().iter().all(|s| s.abandoned_writes == 1));
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        for store in &stores {
+            assert!(store.head(&other).await.is_err());
+        }
+    }
+
+    #[test]
+    fn test_quorum_warn_limiter_reports_once_per_interval() {
+        let mut limiter = WarnLimiter::default();
+        let t0 = Instant::now();
+        assert_eq!(limiter.record(t0), Some(1));
+        assert_eq!(limiter.record(t0 + Duration::from_secs(1)), None);
+        assert_eq!(limiter.record(t0 + Duration::from_secs(9)), None);
+        // The report due after the interval carries the suppressed events too.
+        assert_eq!(limiter.record(t0 + WARN_INTERVAL), Some(3));
+        assert_eq!(limiter.record(t0 + WARN_INTERVAL), None);
+        assert_eq!(limiter.record(t0 + 2 * WARN_INTERVAL), Some(2));
     }
 }

@@ -13,7 +13,7 @@ use weir_produce::{ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
 use weir_storage::{maybe_wrap, open_store, LatencyProfile, ModelStore, QuorumWriter, ReadCache};
 
-use crate::config::Config;
+use crate::config::{Config, StorageConfig};
 use crate::AgentArgs;
 
 /// Config file, then environment, then flags.
@@ -68,6 +68,12 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if !args.down_buckets.is_empty() {
         config.storage.down_buckets = args.down_buckets.clone();
     }
+    if !args.slow_buckets.is_empty() {
+        config.storage.slow_buckets = args.slow_buckets.clone();
+    }
+    if let Some(url) = &args.metadata_bucket {
+        config.storage.metadata_bucket = url.clone();
+    }
     config.validate()?;
     if let Some(inflight) = args.max_inflight_per_connection {
         anyhow::ensure!(
@@ -93,25 +99,63 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
         .map(|(index, url)| {
             let store = open_store(url).with_context(|| format!("opening bucket {url}"))?;
             let bucket_seed = seed.wrapping_add(index as u64);
-            if config.storage.down_buckets.contains(&index) {
+            let store = if config.storage.down_buckets.contains(&index) {
                 let profile = LatencyProfile::named(&config.storage.profile)
                     .context("unknown storage profile")?;
                 let down = ModelStore::new(store, profile, bucket_seed)?;
                 down.set_outage(true);
                 tracing::warn!(bucket = index, %url, "fault test: bucket is down for this run");
-                return Ok(Arc::new(down) as Arc<dyn ObjectStore>);
+                Arc::new(down)
+            } else {
+                with_fault_model(store, &config.storage, bucket_seed)?
+            };
+            if !config.storage.slow_buckets.contains(&index) {
+                return Ok(store);
             }
-            if config.storage.error_rate == 0.0 {
-                return Ok(maybe_wrap(store, &config.storage.profile, bucket_seed)?);
-            }
-            let profile = LatencyProfile::named(&config.storage.profile)
-                .context("unknown storage profile")?
-                .with_error_rate(config.storage.error_rate);
-            let wrapped: Arc<dyn ObjectStore> =
-                Arc::new(ModelStore::new(store, profile, bucket_seed)?);
-            Ok(wrapped)
+            let delay = config.storage.slow_bucket_delay;
+            let slow = ModelStore::new(
+                store,
+                LatencyProfile::constant(&format!("slow-bucket-{index}"), delay),
+                bucket_seed,
+            )?;
+            tracing::warn!(bucket = index, %url, ?delay, "fault test: bucket is slow for this run");
+            Ok(Arc::new(slow) as Arc<dyn ObjectStore>)
         })
         .collect()
+}
+
+/// Wraps `store` in the configured latency profile and error rate (unchanged for `local`
+/// without errors).
+fn with_fault_model(
+    store: Arc<dyn ObjectStore>,
+    storage: &StorageConfig,
+    seed: u64,
+) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    if storage.error_rate == 0.0 {
+        return Ok(maybe_wrap(store, &storage.profile, seed)?);
+    }
+    let profile = LatencyProfile::named(&storage.profile)
+        .context("unknown storage profile")?
+        .with_error_rate(storage.error_rate);
+    Ok(Arc::new(ModelStore::new(store, profile, seed)?))
+}
+
+/// The store of the control plane's metadata log: `storage.metadata_bucket` under the fault
+/// model, or else the first ingest bucket (as opened, fault-test wrappers included).
+fn open_metadata_bucket(
+    config: &Config,
+    buckets: &[Arc<dyn ObjectStore>],
+    seed: u64,
+) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    let url = &config.storage.metadata_bucket;
+    if url.is_empty() {
+        return buckets.first().cloned().context("no ingest bucket");
+    }
+    let store = open_store(url).with_context(|| format!("opening metadata bucket {url}"))?;
+    // A seed apart from the ingest buckets' (seed + index) so its faults are not theirs.
+    let store = with_fault_model(store, &config.storage, seed.rotate_left(17) ^ 0x6d65_7461)?;
+    info!(%url, "metadata log in its own bucket");
+    Ok(store)
 }
 
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
@@ -124,6 +168,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         config.storage.fault_seed
     };
     let buckets = open_buckets(&config, fault_seed)?;
+    let metadata = open_metadata_bucket(&config, &buckets, fault_seed)?;
     let listener = tokio::net::TcpListener::bind(&config.agent.listen)
         .await
         .with_context(|| format!("binding {}", config.agent.listen))?;
@@ -137,7 +182,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         local.ip().to_string()
     };
     let control = ControlPlane::open(
-        buckets[0].clone(),
+        metadata,
         ControlPlaneSettings {
             max_inflight_writes: config.control.max_inflight_writes.max(1),
             snapshot_every_slots: config.control.snapshot_every_slots.max(1),
@@ -148,7 +193,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await
     .context("recovering the control plane")?;
-    let writer = Arc::new(QuorumWriter::new(buckets, config.storage.quorum)?);
+    let writer = Arc::new(
+        QuorumWriter::new(buckets, config.storage.quorum)?
+            .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket),
+    );
     let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
     let produce = ProducePipeline::start(
         ProduceSettings {
@@ -167,7 +215,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         clock.clone(),
         seed,
     );
-    let fetch = FetchReader::new(control.clone(), writer, cache);
+    let fetch = FetchReader::new(control.clone(), writer.clone(), cache);
     let settings = BrokerSettings {
         node_id: config.agent.node_id,
         advertised_host,
@@ -206,6 +254,16 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = serving.await;
     control.shutdown().await;
+    for (bucket, lag) in writer.lag_stats().iter().enumerate() {
+        if lag.abandoned_writes > 0 {
+            info!(
+                bucket,
+                abandoned_writes = lag.abandoned_writes,
+                abandoned_bytes = lag.abandoned_bytes,
+                "background writes abandoned over storage.max_lagging_bytes_per_bucket"
+            );
+        }
+    }
     info!("stopped");
     Ok(())
 }
@@ -221,5 +279,93 @@ async fn wait_for_signal() {
                 None => std::future::pending::<()>().await,
             }
         } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Cli, Command};
+
+    fn agent_config(flags: &[&str]) -> anyhow::Result<Config> {
+        let argv = ["weir", "agent"].iter().chain(flags);
+        let Command::Agent(args) = Cli::try_parse_from(argv)?.command else {
+            panic!("not the agent command");
+        };
+        resolve_config(&args)
+    }
+
+    #[test]
+    fn test_agent_slow_and_down_buckets_are_wrapped() {
+        let config = agent_config(&[
+            "--ingest-bucket",
+            "memory://a",
+            "--ingest-bucket",
+            "memory://b",
+            "--ingest-bucket",
+            "memory://c",
+            "--quorum",
+            "2",
+            "--slow-bucket",
+            "1",
+            "--slow-bucket",
+            "2",
+            "--down-bucket",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(config.storage.slow_buckets, vec![1, 2]);
+        let buckets = open_buckets(&config, 1).unwrap();
+        let names: Vec<String> = buckets.iter().map(|b| b.to_string()).collect();
+        assert!(names[0].starts_with("InMemory"), "{names:?}");
+        assert!(
+            names[1].starts_with("ModelStore(slow-bucket-1, InMemory"),
+            "{names:?}"
+        );
+        assert!(
+            names[2].starts_with("ModelStore(slow-bucket-2, ModelStore(local, InMemory"),
+            "{names:?}"
+        );
+        // The metadata log stays in bucket 0 by default.
+        let metadata = open_metadata_bucket(&config, &buckets, 1).unwrap();
+        assert!(Arc::ptr_eq(&metadata, &buckets[0]));
+
+        let err = agent_config(&["--ingest-bucket", "memory://a", "--slow-bucket", "1"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("storage.slow_buckets names bucket 1"), "{err}");
+    }
+
+    #[test]
+    fn test_agent_metadata_bucket_gets_the_fault_model() {
+        let config = agent_config(&[
+            "--ingest-bucket",
+            "memory://a",
+            "--ingest-bucket",
+            "memory://b",
+            "--down-bucket",
+            "0",
+            "--metadata-bucket",
+            "memory://meta",
+            "--storage-profile",
+            "s3-express",
+        ])
+        .unwrap();
+        let buckets = open_buckets(&config, 1).unwrap();
+        let metadata = open_metadata_bucket(&config, &buckets, 1).unwrap();
+        assert!(!buckets.iter().any(|b| Arc::ptr_eq(b, &metadata)));
+        assert!(
+            metadata
+                .to_string()
+                .starts_with("ModelStore(s3-express, InMemory"),
+            "{metadata}"
+        );
+
+        let err = agent_config(&["--ingest-bucket", "memory://a", "--down-bucket", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metadata log"), "{err}");
     }
 }

@@ -56,6 +56,11 @@ pub(crate) struct StorageConfig {
     pub(crate) error_rate: f64,
     pub(crate) fault_seed: u64,
     pub(crate) down_buckets: Vec<usize>,
+    pub(crate) slow_buckets: Vec<usize>,
+    #[serde(with = "humantime_serde")]
+    pub(crate) slow_bucket_delay: Duration,
+    pub(crate) metadata_bucket: String,
+    pub(crate) max_lagging_bytes_per_bucket: u64,
     pub(crate) cache_bytes: usize,
 }
 
@@ -178,8 +183,25 @@ impl Config {
             );
         }
         let buckets = self.storage.ingest_buckets.len().max(1);
-        if let Some(bad) = self.storage.down_buckets.iter().find(|b| **b >= buckets) {
-            bail!("storage.down_buckets names bucket {bad}, but there are {buckets}");
+        for (key, indices) in [
+            ("down_buckets", &self.storage.down_buckets),
+            ("slow_buckets", &self.storage.slow_buckets),
+        ] {
+            if let Some(bad) = indices.iter().find(|b| **b >= buckets) {
+                bail!(
+                    "storage.{key} names bucket {bad}, but there {} {buckets} ingest bucket{} \
+                     (indices 0 to {})",
+                    if buckets == 1 { "is" } else { "are" },
+                    if buckets == 1 { "" } else { "s" },
+                    buckets - 1
+                );
+            }
+        }
+        if self.storage.metadata_bucket.is_empty() && self.storage.down_buckets.contains(&0) {
+            bail!(
+                "storage.down_buckets names bucket 0, which holds the metadata log; \
+                 set storage.metadata_bucket to keep the log elsewhere"
+            );
         }
         if self.kafka.num_partitions < 1 {
             bail!("kafka.num_partitions must be at least 1");
@@ -336,6 +358,65 @@ mod tests {
         let config = Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "1s")])).unwrap();
         assert_eq!(config.groups.settings().min_session_timeout_ms, 1_000);
         assert!(Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "2h")])).is_err());
+    }
+
+    #[test]
+    fn test_config_storage_fault_and_bucket_keys() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        assert!(config.storage.slow_buckets.is_empty());
+        assert_eq!(config.storage.slow_bucket_delay, Duration::from_secs(2));
+        assert_eq!(config.storage.metadata_bucket, "");
+        assert_eq!(
+            config.storage.max_lagging_bytes_per_bucket,
+            weir_storage::DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET
+        );
+
+        let three = (
+            "WEIR_STORAGE_INGEST_BUCKETS",
+            r#"["memory://a", "memory://b", "memory://c"]"#,
+        );
+        let config = Config::load(
+            None,
+            env(&[
+                three,
+                ("WEIR_STORAGE_QUORUM", "2"),
+                ("WEIR_STORAGE_SLOW_BUCKETS", "[1, 2]"),
+                ("WEIR_STORAGE_SLOW_BUCKET_DELAY", "1500ms"),
+                ("WEIR_STORAGE_METADATA_BUCKET", "memory://meta"),
+                ("WEIR_STORAGE_MAX_LAGGING_BYTES_PER_BUCKET", "8388608"),
+                ("WEIR_STORAGE_DOWN_BUCKETS", "[0]"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.storage.slow_buckets, vec![1, 2]);
+        assert_eq!(
+            config.storage.slow_bucket_delay,
+            Duration::from_millis(1500)
+        );
+        assert_eq!(config.storage.metadata_bucket, "memory://meta");
+        assert_eq!(config.storage.max_lagging_bytes_per_bucket, 8 << 20);
+        assert_eq!(config.storage.down_buckets, vec![0]);
+
+        let err = Config::load(None, env(&[three, ("WEIR_STORAGE_SLOW_BUCKETS", "[3]")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("storage.slow_buckets names bucket 3"), "{err}");
+        assert!(err.contains("3 ingest buckets (indices 0 to 2)"), "{err}");
+        // Without ingest buckets there is the one default bucket.
+        let err = Config::load(None, env(&[("WEIR_STORAGE_SLOW_BUCKETS", "[1]")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("there is 1 ingest bucket (indices 0 to 0)"),
+            "{err}"
+        );
+        assert!(Config::load(None, env(&[three, ("WEIR_STORAGE_DOWN_BUCKETS", "[3]")])).is_err());
+        // Bucket 0 may be down only when the metadata log lives elsewhere.
+        let err = Config::load(None, env(&[three, ("WEIR_STORAGE_DOWN_BUCKETS", "[0]")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metadata log"), "{err}");
+        assert!(Config::load(None, env(&[("WEIR_STORAGE_SLOW_BUCKET_DELAY", "soon")])).is_err());
     }
 
     #[test]

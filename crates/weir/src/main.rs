@@ -79,6 +79,13 @@ pub(crate) struct AgentArgs {
     /// Fault test: treat ingest bucket N (0-based) as down for the whole run; repeatable.
     #[arg(long = "down-bucket")]
     down_buckets: Vec<usize>,
+    /// Fault test: make ingest bucket N (0-based) slow by storage.slow_bucket_delay on every
+    /// request for the whole run; repeatable.
+    #[arg(long = "slow-bucket")]
+    slow_buckets: Vec<usize>,
+    /// Bucket URL of the metadata log (default: the first ingest bucket).
+    #[arg(long)]
+    metadata_bucket: Option<String>,
 }
 
 /// `weir bench ARGS`: replaces this process with `weir-bench ARGS`, found next to this binary
