@@ -232,13 +232,26 @@ impl Writer {
                 Ok(()) => return,
                 Err(err) => {
                     error!(error = %err, "metadata log writer failed, recovering");
-                    position = self.recover_until_ok().await;
+                    match self.recover_until_ok(&mut commands).await {
+                        Some(recovered) => position = recovered,
+                        None => return,
+                    }
                 }
             }
         }
     }
 
-    async fn recover_until_ok(&self) -> WriterPosition {
+    /// Retries recovery with backoff until it succeeds, or until shutdown (`None`).
+    ///
+    /// Commands that arrive during an attempt wait for it (a transient failure costs them a
+    /// short delay), but once an attempt has failed the log is unavailable for as long as its
+    /// store is (a full disk, a bucket outage): between attempts every queued or arriving entry
+    /// fails at once with `Unavailable`, a retriable error for its client, instead of waiting
+    /// without bound, and a shutdown request ends the writer (nothing can be written anyway).
+    async fn recover_until_ok(
+        &self,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Option<WriterPosition> {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         let mut rng = fastrand::Rng::with_seed(backoff.attempts().into());
         loop {
@@ -247,10 +260,32 @@ impl Writer {
                 .recover(&self.settings.address, &self.cluster_id)
                 .await
             {
-                Ok(recovered) => return self.install(recovered),
+                Ok(recovered) => return Some(self.install(recovered)),
                 Err(err) => {
                     warn!(error = %err, "control plane recovery failed, retrying");
-                    tokio::time::sleep(backoff.next_delay(&mut rng)).await;
+                    let reason = format!("metadata log unavailable: {err}");
+                    let pause = tokio::time::sleep(backoff.next_delay(&mut rng));
+                    tokio::pin!(pause);
+                    loop {
+                        tokio::select! {
+                            biased;
+                            _ = &mut pause => break,
+                            command = commands.recv() => match command {
+                                Some(Command::Submit { reply, .. }) => {
+                                    let _ = reply.send(Err(ControlError::Unavailable(
+                                        reason.clone(),
+                                    )));
+                                }
+                                Some(Command::Shutdown { done }) => {
+                                    warn!("shutting down with the metadata log unavailable");
+                                    commands.close();
+                                    let _ = done.send(());
+                                    return None;
+                                }
+                                None => return None,
+                            },
+                        }
+                    }
                 }
             }
         }

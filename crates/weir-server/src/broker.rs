@@ -11,6 +11,8 @@ use weir_fetch::FetchReader;
 use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
 use weir_produce::ProducePipeline;
 
+use crate::memory::ResponseBudget;
+
 /// Kafka-facing settings of an agent.
 #[derive(Debug, Clone)]
 pub struct BrokerSettings {
@@ -30,6 +32,9 @@ pub struct BrokerSettings {
     pub max_inflight_per_connection: usize,
     /// Request bytes held across all connections; readers wait when it is exhausted.
     pub max_inflight_request_bytes: usize,
+    /// Fetch response bytes held across all connections; fetches read fewer bytes (at least one
+    /// batch) when it is used up.
+    pub max_inflight_fetch_bytes: usize,
     /// Upper bound on one fetch response, whatever the client asks for.
     pub max_fetch_bytes: usize,
     /// Upper bound on fetch long-poll time.
@@ -52,6 +57,7 @@ impl Default for BrokerSettings {
             max_connections: 10_000,
             max_inflight_per_connection: 512,
             max_inflight_request_bytes: 512 * 1024 * 1024,
+            max_inflight_fetch_bytes: 512 * 1024 * 1024,
             max_fetch_bytes: 64 * 1024 * 1024,
             max_fetch_wait: Duration::from_secs(30),
             groups: GroupSettings::default(),
@@ -71,6 +77,9 @@ pub struct Broker {
     pub clock: Arc<dyn Clock>,
     pub(crate) memory: Arc<Semaphore>,
     pub(crate) memory_capacity: usize,
+    /// Fetch response bytes held across all connections (built, or waiting for the socket);
+    /// a budget of its own so that clients that never read cannot starve produce requests.
+    pub(crate) fetch_memory: Arc<ResponseBudget>,
     seeds: AtomicU64,
 }
 
@@ -91,6 +100,7 @@ impl Broker {
         Self {
             memory: Arc::new(Semaphore::new(permits)),
             memory_capacity: permits,
+            fetch_memory: ResponseBudget::new(settings.max_inflight_fetch_bytes),
             settings,
             control,
             produce,

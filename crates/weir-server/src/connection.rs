@@ -22,7 +22,9 @@ use crate::dispatch::{dispatch, Dispatched};
 
 /// A response slot: `None` when the request gets no response (acks=0). The permit, for fetches,
 /// is released only once the response is written, so a client that never reads its socket holds
-/// at most one fetch response per connection.
+/// at most one fetch response per connection. A fetch response's bytes also stay charged to the
+/// agent-wide response budget until it is written and dropped (`memory.rs`), which bounds what
+/// all such clients together hold.
 type ResponseSlot = (JoinHandle<Option<Bytes>>, Option<OwnedSemaphorePermit>);
 
 const FETCH_API_KEY: [u8; 2] = [0, 1];
@@ -51,6 +53,8 @@ pub(crate) async fn serve(
                 debug!(%peer, error = %err, "write failed, closing connection");
                 break;
             }
+            // Returns a fetch response's memory before the next fetch may be read.
+            drop(bytes);
         }
         drop(fetch_permit);
     }
@@ -67,7 +71,7 @@ async fn read_requests(
     mut shutdown: watch::Receiver<bool>,
 ) {
     // Kafka clients keep one fetch in flight per connection; more would only let a reader that
-    // never drains its socket pile up fetch responses (up to max_fetch_bytes each).
+    // never drains its socket pile up fetch responses.
     let fetches = Arc::new(tokio::sync::Semaphore::new(1));
     loop {
         let frame = tokio::select! {

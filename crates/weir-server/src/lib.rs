@@ -2,14 +2,17 @@
 //! Kafka requests into produce tickets, fetch reads and control-plane entries.
 //!
 //! Bad input never hurts the agent (BAD-1): frame sizes are checked before allocation, request
-//! bytes in flight are bounded by a global memory budget, connections by a semaphore, and a
-//! malformed or unknown request closes only its own connection.
+//! bytes in flight are bounded by a global memory budget, fetch response bytes by another,
+//! connections by a semaphore, and a malformed or unknown request closes only its own connection.
 
 mod broker;
 mod connection;
 mod dispatch;
 mod handlers;
+mod memory;
 mod server;
+#[cfg(test)]
+mod tests;
 
 pub use broker::{Broker, BrokerSettings};
 pub use server::Server;

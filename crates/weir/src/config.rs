@@ -42,6 +42,7 @@ pub(crate) struct KafkaConfig {
     pub(crate) max_connections: usize,
     pub(crate) max_inflight_per_connection: usize,
     pub(crate) max_inflight_request_bytes: usize,
+    pub(crate) max_inflight_fetch_bytes: usize,
     pub(crate) max_fetch_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) max_fetch_wait: Duration,

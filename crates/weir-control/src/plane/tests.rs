@@ -157,3 +157,98 @@ async fn test_plane_committed_offsets_survive_restart() {
     assert_eq!(committed.offset, 42);
     assert_eq!(committed.metadata.as_deref(), Some("round 4"));
 }
+
+/// A metadata store that can be taken down (a full disk, a bucket outage) and brought back.
+fn outage_store() -> (Arc<weir_storage::ModelStore>, Arc<dyn ObjectStore>) {
+    let store = Arc::new(
+        weir_storage::ModelStore::new(
+            Arc::new(InMemory::new()),
+            weir_storage::LatencyProfile::local(),
+            1,
+        )
+        .unwrap(),
+    );
+    let dyn_store: Arc<dyn ObjectStore> = store.clone();
+    (store, dyn_store)
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_plane_fails_fast_while_its_log_is_unavailable_then_recovers() {
+    let (model, store) = outage_store();
+    let settings = ControlPlaneSettings {
+        write_attempts: 2,
+        ..ControlPlaneSettings::default()
+    };
+    let plane = ControlPlane::open(store, settings, 1).await.unwrap();
+    let topic_id = plane
+        .create_topic("orders", 1, BTreeMap::new(), 7)
+        .await
+        .unwrap();
+    model.set_outage(true);
+    // The slot write fails: its caller gets a retriable error, and recovery starts failing.
+    let first = plane.create_topic("a", 1, BTreeMap::new(), 8).await;
+    assert!(
+        matches!(first, Err(ControlError::Unavailable(_))),
+        "{first:?}"
+    );
+    // While recovery keeps failing, callers are answered at once instead of waiting for the
+    // store to come back (the outage lasts much longer than this bound).
+    for attempt in 0..5u64 {
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            plane.create_topic("b", 1, BTreeMap::new(), 9 + attempt),
+        )
+        .await
+        .expect("no answer while the metadata log is unavailable");
+        assert!(
+            matches!(answer, Err(ControlError::Unavailable(_))),
+            "{answer:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    model.set_outage(false);
+    // Once the store is back, recovery succeeds and entries are accepted again.
+    let created = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match plane.create_topic("c", 1, BTreeMap::new(), 20).await {
+                Ok(id) => return id,
+                Err(ControlError::Unavailable(_)) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the plane did not recover");
+    assert_ne!(created, topic_id);
+    assert!(plane.read(|s| s.topic("orders").is_some() && s.topic("c").is_some()));
+    assert!(
+        plane.read(|s| s.topic("b").is_none()),
+        "failed entries left no trace"
+    );
+    plane.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_plane_shuts_down_while_its_log_is_unavailable() {
+    let (model, store) = outage_store();
+    let settings = ControlPlaneSettings {
+        write_attempts: 2,
+        ..ControlPlaneSettings::default()
+    };
+    let plane = ControlPlane::open(store, settings, 1).await.unwrap();
+    model.set_outage(true);
+    assert!(plane
+        .create_topic("a", 1, BTreeMap::new(), 8)
+        .await
+        .is_err());
+    tokio::time::timeout(Duration::from_secs(30), plane.shutdown())
+        .await
+        .expect("shutdown hung while the metadata log was unavailable");
+    let after = plane.create_topic("b", 1, BTreeMap::new(), 9).await;
+    assert!(
+        matches!(after, Err(ControlError::ShuttingDown)),
+        "{after:?}"
+    );
+}

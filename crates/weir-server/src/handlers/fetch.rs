@@ -9,6 +9,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 use tokio::time::Instant;
+use tracing::debug;
 use uuid::Uuid;
 use weir_common::TopicId;
 use weir_fetch::FetchError;
@@ -17,6 +18,7 @@ use weir_protocol::error_code;
 use super::{topic_id, topic_name};
 use crate::broker::Broker;
 use crate::dispatch::RequestContext;
+use crate::memory::Grant;
 
 /// Error for an incremental fetch session we never created.
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
@@ -49,19 +51,32 @@ pub(crate) async fn handle(
     let mut commits = broker.control.subscribe();
     loop {
         commits.borrow_and_update();
-        let (topics, bytes, errors) = read_all(&broker, &wanted, max_bytes, context.version).await;
-        if bytes >= min_bytes.max(1) || errors || Instant::now() >= deadline {
-            return context.encode(&FetchResponse::default().with_responses(topics));
+        let read = read_all(&broker, &wanted, max_bytes, context.version).await;
+        if read.bytes >= min_bytes.max(1) || read.errors || Instant::now() >= deadline {
+            return respond(&context, read);
         }
-        // Wait for a durable commit (or the deadline), then read again.
+        // Too little: return its memory, wait for a durable commit (or the deadline), read again.
+        drop(read);
         if tokio::time::timeout_at(deadline, commits.changed())
             .await
             .is_err()
         {
-            let (topics, _, _) = read_all(&broker, &wanted, max_bytes, context.version).await;
-            return context.encode(&FetchResponse::default().with_responses(topics));
+            let read = read_all(&broker, &wanted, max_bytes, context.version).await;
+            return respond(&context, read);
         }
     }
+}
+
+/// Encodes the response. The frame keeps the read's memory grant until the connection has
+/// written it; the records' own copy is freed with the response struct, so the grant shrinks to
+/// the frame.
+fn respond(context: &RequestContext, read: Read) -> Option<Bytes> {
+    let Read {
+        topics, mut grant, ..
+    } = read;
+    let frame = context.encode(&FetchResponse::default().with_responses(topics))?;
+    grant.shrink_to(frame.len());
+    Some(grant.attach(frame))
 }
 
 fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted> {
@@ -96,18 +111,29 @@ fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted>
     })
 }
 
-/// Reads every wanted partition within the byte budgets. Returns the topics, the record bytes
-/// gathered, and whether any partition has an error (which ends long-polling, as in Kafka).
+/// What one pass over the wanted partitions read.
+struct Read {
+    topics: Vec<FetchableTopicResponse>,
+    /// Record bytes gathered.
+    bytes: usize,
+    /// Whether any partition has an error (which ends long-polling, as in Kafka).
+    errors: bool,
+    /// The response memory these records hold.
+    grant: Grant,
+}
+
+/// Reads every wanted partition within the byte budgets.
 ///
 /// Budgets are settled on the plans (exact byte counts, under the state lock); the reads of all
 /// partitions then run concurrently, so a fetch over many partitions pays one storage round trip.
-async fn read_all(
-    broker: &Broker,
-    wanted: &[Wanted],
-    max_bytes: usize,
-    version: i16,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
-    let mut remaining = max_bytes;
+///
+/// The records, and then the encoded frame, are held in memory until the client has read the
+/// response, so they come out of the agent-wide response budget: a fetch reads at most half of
+/// what it could take from it (two copies), but always its first batch, even when the budget is
+/// used up by responses that clients are not reading.
+async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version: i16) -> Read {
+    let mut grant = broker.fetch_memory.take_up_to(max_bytes.saturating_mul(2));
+    let mut remaining = grant.bytes() / 2;
     let mut planned = 0usize;
     let mut plans = Vec::new();
     for topic in wanted {
@@ -130,6 +156,17 @@ async fn read_all(
             plans.push(plan);
         }
     }
+    if grant.bytes() / 2 < max_bytes && remaining == 0 {
+        debug!(
+            planned,
+            max_bytes,
+            in_use = broker.fetch_memory.used(),
+            capacity = broker.fetch_memory.capacity(),
+            "fetch response budget used up: reading fewer bytes"
+        );
+    }
+    // Return what the plans do not need, or take a first batch that did not fit.
+    grant.resize(planned.saturating_mul(2));
     let reads = futures::future::join_all(plans.into_iter().map(|plan| async move {
         match plan {
             None => None,
@@ -188,7 +225,12 @@ async fn read_all(
             response.with_topic(topic_name(&topic.name))
         });
     }
-    (topics, total, any_error)
+    Read {
+        topics,
+        bytes: total,
+        errors: any_error,
+        grant,
+    }
 }
 
 fn fetch_error_code(error: &FetchError) -> i16 {

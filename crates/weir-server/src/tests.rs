@@ -1,0 +1,283 @@
+//! Fetch response memory: responses that clients do not read stay within the agent-wide budget
+//! (plus one first batch each), every fetch still returns at least one batch, and a response's
+//! memory is returned once the connection has written it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{
+    encode_request_header_into_buffer, Decodable, Encodable, HeaderVersion, StrBytes,
+};
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::watch;
+use weir_common::{Clock, SystemClock};
+use weir_control::{ControlPlane, ControlPlaneSettings};
+use weir_fetch::FetchReader;
+use weir_produce::{
+    PartitionBatches, PartitionOutcome, ProducePipeline, ProduceSettings, ProduceTicket,
+};
+use weir_protocol::batch::{build_test_batch, split_and_validate};
+use weir_storage::{QuorumWriter, ReadCache};
+
+use crate::dispatch::RequestContext;
+use crate::handlers::fetch;
+use crate::{Broker, BrokerSettings, Server};
+
+const FETCH_VERSION: i16 = 12;
+const TOPIC: &str = "memory";
+/// Each record of a test batch is 8 bytes: 2,000 make a ~16 KiB batch.
+const SMALL_BATCH_RECORDS: i32 = 2_000;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A broker over in-memory buckets whose request and response budgets are `budget` bytes,
+/// holding `batches` equal batches of `records` records in partition 0 of `TOPIC`. Returns it
+/// and the length of one batch.
+async fn broker_with_data(budget: usize, records: i32, batches: usize) -> (Arc<Broker>, usize) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
+        .await
+        .unwrap();
+    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
+    let cache = Arc::new(ReadCache::new(64 * 1024 * 1024));
+    let produce = ProducePipeline::start(
+        ProduceSettings::default(),
+        writer.clone(),
+        control.clone(),
+        cache.clone(),
+        clock.clone(),
+        5,
+    );
+    let fetch_reader = FetchReader::new(control.clone(), writer, cache);
+    let settings = BrokerSettings {
+        max_frame_bytes: budget,
+        max_inflight_request_bytes: budget,
+        max_inflight_fetch_bytes: budget,
+        ..BrokerSettings::default()
+    };
+    let broker = Arc::new(Broker::new(
+        settings,
+        control.clone(),
+        produce,
+        fetch_reader,
+        clock,
+        11,
+    ));
+    let topic_id = control
+        .create_topic(TOPIC, 1, BTreeMap::new(), 77)
+        .await
+        .unwrap();
+    let batch = build_test_batch(records, 1_000, (-1, -1, -1));
+    for _ in 0..batches {
+        let ticket = ProduceTicket {
+            partitions: vec![PartitionBatches {
+                topic_id,
+                partition: 0,
+                batches: split_and_validate(&batch).unwrap(),
+            }],
+        };
+        let outcome = broker.produce.submit(ticket).await.await;
+        assert!(
+            matches!(outcome[..], [PartitionOutcome::Committed { .. }]),
+            "{outcome:?}"
+        );
+    }
+    (broker, batch.len())
+}
+
+fn fetch_request(offset: i64, max_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(max_bytes)])])
+}
+
+fn context(correlation_id: i32) -> RequestContext {
+    RequestContext {
+        api_key: ApiKey::Fetch,
+        version: FETCH_VERSION,
+        correlation_id,
+    }
+}
+
+/// Record bytes of partition 0 in a response frame (length prefix included).
+fn records_in(mut frame: Bytes) -> usize {
+    frame.advance(4 + 4); // length, correlation id
+    if FetchResponse::header_version(FETCH_VERSION) >= 1 {
+        frame.advance(1); // no tagged fields
+    }
+    let response = FetchResponse::decode(&mut frame, FETCH_VERSION).unwrap();
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    partition.records.as_ref().map_or(0, Bytes::len)
+}
+
+#[tokio::test]
+async fn test_unread_fetch_responses_stay_within_the_response_budget() {
+    let budget = 256 * 1024;
+    let (broker, batch) = broker_with_data(budget, SMALL_BATCH_RECORDS, 40).await;
+    assert_eq!(broker.fetch_memory.capacity(), budget);
+    // Responses nobody writes out, as for clients that never read their sockets. Each asks for
+    // everything (2 GiB); the partition holds 40 batches (~640 KiB), more than the budget.
+    let mut held = Vec::new();
+    for i in 0..30 {
+        let frame = fetch::handle(broker.clone(), context(i), fetch_request(0, i32::MAX))
+            .await
+            .expect("a response");
+        let records = records_in(frame.clone());
+        assert!(
+            records >= batch,
+            "fetch {i} got {records} bytes, less than a batch"
+        );
+        assert_eq!(records % batch, 0);
+        held.push(frame);
+        let in_use = broker.fetch_memory.used();
+        let frames: usize = held.iter().map(Bytes::len).sum();
+        // Each held response is charged at least its size, and all together stay within the
+        // budget plus two copies of one first batch per response.
+        assert!(frames <= in_use, "{frames} bytes held, {in_use} charged");
+        assert!(
+            in_use <= budget + held.len() * 2 * batch,
+            "{in_use} bytes in use after {} responses, budget {budget}",
+            held.len()
+        );
+    }
+    // The first response read what the budget allowed; once it is used up, fetches read one
+    // batch each (KIP-74) instead of failing or waiting.
+    assert!(records_in(held[0].clone()) > batch);
+    assert!(records_in(held[0].clone()) <= budget / 2);
+    assert_eq!(records_in(held[29].clone()), batch);
+    drop(held);
+    assert_eq!(
+        broker.fetch_memory.used(),
+        0,
+        "dropped responses return their memory"
+    );
+    let frame = fetch::handle(broker.clone(), context(99), fetch_request(0, i32::MAX))
+        .await
+        .unwrap();
+    assert!(records_in(frame) > batch, "the whole budget is free again");
+}
+
+#[tokio::test]
+async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
+    let (broker, _) = broker_with_data(256 * 1024, SMALL_BATCH_RECORDS, 4).await;
+    let hw = 4 * i64::from(SMALL_BATCH_RECORDS);
+    let polling = tokio::spawn(fetch::handle(
+        broker.clone(),
+        context(1),
+        fetch_request(hw, i32::MAX).with_max_wait_ms(200),
+    ));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(broker.fetch_memory.used(), 0);
+    let frame = polling.await.unwrap().unwrap();
+    assert_eq!(records_in(frame), 0);
+    assert_eq!(broker.fetch_memory.used(), 0);
+}
+
+fn encode_fetch(correlation_id: i32, request: &FetchRequest) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Fetch as i16)
+        .with_request_api_version(FETCH_VERSION)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("weir-test")));
+    let mut payload = BytesMut::new();
+    encode_request_header_into_buffer(&mut payload, &header).unwrap();
+    request.encode(&mut payload, FETCH_VERSION).unwrap();
+    let mut frame = BytesMut::with_capacity(4 + payload.len());
+    frame.put_i32(payload.len() as i32);
+    frame.extend_from_slice(&payload);
+    frame.freeze()
+}
+
+async fn read_response(stream: &mut TcpStream) -> Bytes {
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix).await.unwrap();
+    let mut frame = prefix.to_vec();
+    frame.resize(4 + i32::from_be_bytes(prefix) as usize, 0);
+    stream.read_exact(&mut frame[4..]).await.unwrap();
+    Bytes::from(frame)
+}
+
+async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    tokio::time::timeout(WAIT, async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_connection_holds_response_memory_until_the_client_reads() {
+    // Responses larger than what the kernel's socket buffers absorb (up to 4 MiB on loopback):
+    // 512 KiB batches, 48 of them, and an 16 MiB budget, so a response is up to 8 MiB.
+    let budget = 16 * 1024 * 1024;
+    let (broker, batch) = broker_with_data(budget, 64 * 1024, 48).await;
+    let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let (stop, stop_rx) = watch::channel(false);
+    let serving = tokio::spawn(server.run(stop_rx));
+
+    // A client with a tiny receive buffer that sends two fetches and does not read.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = socket.connect(addr).await.unwrap();
+    let mut frames = encode_fetch(1, &fetch_request(0, i32::MAX)).to_vec();
+    frames.extend_from_slice(&encode_fetch(2, &fetch_request(0, i32::MAX)));
+    slow.write_all(&frames).await.unwrap();
+    wait_for("the slow reader's response", || {
+        broker.fetch_memory.used() > 0
+    })
+    .await;
+    // Its second fetch waits for the first response to be written: one response is charged.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pinned = broker.fetch_memory.used();
+    assert!(pinned > 2 * batch && pinned <= budget, "{pinned}");
+
+    // Another client is served meanwhile, with what is left of the budget (or one batch).
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(&encode_fetch(7, &fetch_request(0, i32::MAX)))
+        .await
+        .unwrap();
+    assert!(records_in(read_response(&mut client).await) >= batch);
+    // Its memory is returned right after the write (which the read above may overtake).
+    wait_for("the other client's response memory", || {
+        broker.fetch_memory.used() == pinned
+    })
+    .await;
+
+    // Once the slow client reads, both of its responses are written and their memory returned.
+    let first = read_response(&mut slow).await;
+    let second = read_response(&mut slow).await;
+    assert!(records_in(first) >= batch);
+    assert!(records_in(second) >= batch);
+    wait_for("the written responses' memory", || {
+        broker.fetch_memory.used() == 0
+    })
+    .await;
+
+    stop.send(true).unwrap();
+    drop((slow, client));
+    serving.await.unwrap();
+}
