@@ -70,6 +70,7 @@ pub struct ControlPlane {
     commands: mpsc::Sender<Command>,
     state: Arc<RwLock<State>>,
     durable_seq: watch::Receiver<u64>,
+    available: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Command {
@@ -94,6 +95,7 @@ impl ControlPlane {
         let recovered = log.recover(&settings.address, &cluster_id).await?;
         let durable = recovered.next_seq - 1;
         let (durable_tx, durable_rx) = watch::channel(durable);
+        let (available_tx, available_rx) = watch::channel(true);
         let state = Arc::new(RwLock::new(State::default()));
         let (commands_tx, commands_rx) = mpsc::channel(4096);
         let writer = Writer {
@@ -101,6 +103,7 @@ impl ControlPlane {
             settings,
             state: state.clone(),
             durable_tx,
+            available_tx,
             cluster_id,
         };
         let position = writer.install(recovered);
@@ -109,6 +112,7 @@ impl ControlPlane {
             commands: commands_tx,
             state,
             durable_seq: durable_rx,
+            available: available_rx,
         })
     }
 
@@ -145,6 +149,14 @@ impl ControlPlane {
     /// A receiver that changes whenever a log slot becomes durable (fetch long-poll wake-up).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.durable_seq.clone()
+    }
+
+    /// `true` while the writer serves from a recovered state; `false` from a log failure until
+    /// recovery has installed the durable state again. Meanwhile the state [`Self::read`] shows
+    /// may hold entries that failed (they were applied before their slot write failed), so a
+    /// reader that must see only durable facts (the committer's chain tip) waits for `true`.
+    pub fn availability(&self) -> watch::Receiver<bool> {
+        self.available.clone()
     }
 
     /// Finishes in-flight writes, writes a snapshot, and stops the writer.
@@ -207,6 +219,7 @@ struct Writer {
     settings: ControlPlaneSettings,
     state: Arc<RwLock<State>>,
     durable_tx: watch::Sender<u64>,
+    available_tx: watch::Sender<bool>,
     cluster_id: String,
 }
 
@@ -223,6 +236,7 @@ impl Writer {
         };
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
+        self.available_tx.send_replace(true);
         position
     }
 
@@ -231,6 +245,7 @@ impl Writer {
             match self.serve(&mut commands, &mut position).await {
                 Ok(()) => return,
                 Err(err) => {
+                    self.available_tx.send_replace(false);
                     error!(error = %err, "metadata log writer failed, recovering");
                     match self.recover_until_ok(&mut commands).await {
                         Some(recovered) => position = recovered,

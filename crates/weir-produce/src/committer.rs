@@ -6,7 +6,10 @@
 //! commit whose predecessor is not the agent's last committed file. So when a commit fails (for
 //! instance a metadata-log write that failed and was rolled back by recovery), the commits queued
 //! behind it are rejected instead of overtaking it. The committer then waits for its in-flight
-//! commits to settle, reads the agent's last committed file, and continues the chain from there.
+//! commits to settle and for the control plane to have recovered (until then the state may still
+//! show the failed commit), reads the agent's last committed file, and continues the chain from
+//! there. Files that come up while the control plane is still recovering fail at once with its
+//! retriable `Unavailable`, as their commits would.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,6 +74,7 @@ impl Committer {
             in_flight: 0,
             broken: false,
         };
+        let mut available = self.control.availability();
         loop {
             // Biased so the order of events depends only on the inputs (simulator replay).
             tokio::select! {
@@ -85,13 +89,33 @@ impl Committer {
                     let Some(uploaded) = uploaded else { break };
                     waiting.insert(uploaded.seq, uploaded);
                 }
+                // Wakes a broken chain when the control plane has recovered.
+                Ok(()) = available.changed(), if chain.broken => {}
             }
             if chain.broken && chain.in_flight == 0 {
-                chain.tip = self
-                    .control
-                    .read(|state| state.agent_tips.get(&self.agent).copied());
-                chain.broken = false;
-                warn!(agent = %self.agent, tip = ?chain.tip, "commit chain resumed after a failed commit");
+                if *available.borrow_and_update() {
+                    chain.tip = self
+                        .control
+                        .read(|state| state.agent_tips.get(&self.agent).copied());
+                    chain.broken = false;
+                    warn!(agent = %self.agent, tip = ?chain.tip, "commit chain resumed after a failed commit");
+                } else {
+                    // Still recovering: what is waiting cannot commit yet; answer it now.
+                    while let Some(file) = waiting.remove(&next_seq) {
+                        next_seq += 1;
+                        let error = match file.result {
+                            Err(reason) if file.seq > fail_through => {
+                                // As below: later files sealed so far must not overtake it.
+                                fail_through = self.sealed_count.load(Ordering::SeqCst);
+                                ProduceError::Storage(reason)
+                            }
+                            _ => ProduceError::Control(ControlError::Unavailable(
+                                "the control plane is recovering its metadata log".into(),
+                            )),
+                        };
+                        fail_tickets(file.tickets, error);
+                    }
+                }
             }
             while !chain.broken {
                 let Some(file) = waiting.remove(&next_seq) else {

@@ -12,7 +12,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use weir_common::{Clock, FileId, ManualClock, TopicId};
-use weir_control::{ControlPlane, ControlPlaneSettings, Entry, EntryResult, IndexEntry};
+use weir_control::{
+    ControlError, ControlPlane, ControlPlaneSettings, Entry, EntryResult, IndexEntry,
+};
 use weir_protocol::batch::{build_test_batch, split_and_validate};
 use weir_storage::{keys, LatencyProfile, ModelStore, OpLatency, QuorumWriter, ReadCache};
 
@@ -696,6 +698,28 @@ async fn test_pipeline_failed_commit_fails_later_uncommitted_files() {
     );
 }
 
+/// Submits the ticket until its outcome is something other than "control plane unavailable"
+/// (100 ms apart, at most 100 times).
+async fn retry_while_unavailable(
+    pipeline: &ProducePipeline,
+    make: impl Fn() -> ProduceTicket,
+) -> Vec<PartitionOutcome> {
+    for _ in 0..100 {
+        let outcome = pipeline.submit(make()).await.await;
+        let unavailable = outcome.iter().any(|o| {
+            matches!(
+                o,
+                PartitionOutcome::Failed(ProduceError::Control(ControlError::Unavailable(_)))
+            )
+        });
+        if !unavailable {
+            return outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the control plane stayed unavailable");
+}
+
 /// IDM-1 consequence of the above: an idempotent producer whose first batch (seq 0) failed in a
 /// commit must be able to retry it; if its second batch (seq 3) committed meanwhile, the retry
 /// is rejected and records 0..3 can never be written.
@@ -716,9 +740,11 @@ async fn test_pipeline_idempotent_retry_after_failed_commit_succeeds() {
         )])
     };
     let (_, second) = fail_first_commit(&log_store, &pipeline, batch(0, 3), batch(3, 5)).await;
-    // The producer retries in order: seq 0, then seq 3 (a duplicate if it did commit).
-    let retry_first = pipeline.submit(batch(0, 3)).await.await;
-    let retry_second = pipeline.submit(batch(3, 5)).await.await;
+    // The producer retries in order: seq 0, then seq 3 (a duplicate if it did commit). Until the
+    // control plane has recovered from the outage it answers retriably at once, and the producer
+    // backs off and tries again, as a Kafka client does.
+    let retry_first = retry_while_unavailable(&pipeline, || batch(0, 3)).await;
+    let retry_second = retry_while_unavailable(&pipeline, || batch(3, 5)).await;
     assert_eq!(
         (retry_first, retry_second),
         (vec![committed(0)], vec![committed(3)]),
