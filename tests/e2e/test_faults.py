@@ -14,20 +14,13 @@ import time
 import pytest
 
 from checker import CheckedProducer, Report, verify
-from weirtest import ck_create_topics, unique
+from weirtest import ck_create_topics, unique, wait_until
 
 PARTITIONS = 4
 WAIT_S = 90.0
 IDEMPOTENT = {"enable.idempotence": True}
 
 
-def wait_until(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def publish(report: Report) -> None:

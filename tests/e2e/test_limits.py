@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from pathlib import Path
 
 import kafka_raw as raw
 from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
-                      ck_produce, unique)
+                      ck_produce, unique, wait_until)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -84,13 +83,6 @@ def limited_agent(agent_factory, monkeypatch, **extra_env):
     return agent_factory()
 
 
-def wait_until(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def fill(bootstrap: str, topic: str, total_bytes: int) -> list:

@@ -28,6 +28,16 @@ ADMIN_TIMEOUT_S = 30.0
 Header = tuple  # (str, bytes | None)
 
 
+def wait_until(pred, timeout: float, what: str) -> None:
+    """Polls `pred` every 50 ms until it holds, or fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
 def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

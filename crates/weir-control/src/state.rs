@@ -465,6 +465,18 @@ fn last_sequence(batch: &BatchCommit) -> i32 {
         % (i64::from(i32::MAX) + 1)) as i32
 }
 
+/// A batch that opens a producer's stream on a partition (first batch, or a new epoch).
+fn starts_at_zero(batch: &BatchCommit) -> SequenceCheck {
+    if batch.base_sequence == 0 {
+        SequenceCheck::Accept
+    } else {
+        SequenceCheck::Reject(ControlError::OutOfOrderSequence {
+            expected: 0,
+            got: batch.base_sequence,
+        })
+    }
+}
+
 fn check_sequence(partition: &PartitionState, batch: &BatchCommit) -> SequenceCheck {
     let Some(producer) = partition.producers.get(&batch.producer_id) else {
         // First batch of this producer on this partition: it must start the stream at 0. Kafka
@@ -472,14 +484,7 @@ fn check_sequence(partition: &PartitionState, batch: &BatchCommit) -> SequenceCh
         // Weir keeps that state, and accepting a later batch first would let it overtake an
         // earlier one whose file failed to upload — the earlier one's retry could then never
         // be placed (the simulator found this: seed 17).
-        return if batch.base_sequence == 0 {
-            SequenceCheck::Accept
-        } else {
-            SequenceCheck::Reject(ControlError::OutOfOrderSequence {
-                expected: 0,
-                got: batch.base_sequence,
-            })
-        };
+        return starts_at_zero(batch);
     };
     if batch.producer_epoch < producer.epoch {
         return SequenceCheck::Reject(ControlError::InvalidProducerEpoch {
@@ -488,14 +493,7 @@ fn check_sequence(partition: &PartitionState, batch: &BatchCommit) -> SequenceCh
         });
     }
     if batch.producer_epoch > producer.epoch {
-        return if batch.base_sequence == 0 {
-            SequenceCheck::Accept
-        } else {
-            SequenceCheck::Reject(ControlError::OutOfOrderSequence {
-                expected: 0,
-                got: batch.base_sequence,
-            })
-        };
+        return starts_at_zero(batch);
     }
     let last = last_sequence(batch);
     if let Some(seen) = producer
