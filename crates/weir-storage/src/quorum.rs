@@ -13,7 +13,10 @@
 //! returned, so no read is ever sent to an abandoned copy. Abandoned writes are counted
 //! ([`QuorumWriter::lag_stats`]) and reported by a rate-limited warning.
 //!
-//! Not yet: hedging slow buckets, and reporting background completions to the caller.
+//! Reads hedge: a read that has not answered within `read_hedge_after` also asks the next
+//! holder, and the first answer wins.
+//!
+//! Not yet: hedging slow writes, and reporting background completions to the caller.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +33,9 @@ use crate::StorageError;
 
 /// Default budget of payload bytes in background writes per bucket (64 MiB).
 pub const DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET: u64 = 64 << 20;
+
+/// Default wait before a slow read also asks the next holder.
+pub const DEFAULT_READ_HEDGE_AFTER: Duration = Duration::from_millis(250);
 
 /// At most one "abandoned background writes" warning per bucket per this interval.
 const WARN_INTERVAL: Duration = Duration::from_secs(10);
@@ -55,6 +61,8 @@ pub struct QuorumWriter {
     max_lagging_bytes: u64,
     /// One per bucket, shared by clones of this writer.
     lag: Vec<Arc<BucketLag>>,
+    read_hedge_after: Duration,
+    hedged_reads: Arc<AtomicU64>,
 }
 
 impl QuorumWriter {
@@ -73,6 +81,8 @@ impl QuorumWriter {
             quorum,
             max_lagging_bytes: DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET,
             lag,
+            read_hedge_after: DEFAULT_READ_HEDGE_AFTER,
+            hedged_reads: Arc::default(),
         })
     }
 
@@ -180,7 +190,9 @@ impl QuorumWriter {
         unreachable!("every bucket reports success or failure and one of both thresholds is hit")
     }
 
-    /// Reads `range` of `path` from the first bucket in `holders` that returns it.
+    /// Reads `range` of `path` from the holders in order: the next holder is asked as soon as
+    /// one fails, or — hedging a slow bucket — once the reads in flight have taken longer than
+    /// [`Self::with_read_hedge_after`]; the first answer wins and the others are dropped.
     pub async fn get_range(
         &self,
         holders: &[usize],
@@ -188,25 +200,69 @@ impl QuorumWriter {
         range: Range<u64>,
     ) -> Result<Bytes, StorageError> {
         let mut last_error = None;
-        for &i in holders {
-            let Some(bucket) = self.buckets.get(i) else {
-                last_error = Some(StorageError::InvalidConfig(format!(
-                    "holder index {i} out of range (have {} buckets)",
-                    self.buckets.len()
-                )));
+        let mut next = holders.iter();
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            if in_flight.is_empty() {
+                // Start the next readable holder (nothing else is running).
+                let Some(&i) = next.next() else {
+                    return Err(last_error.unwrap_or_else(|| {
+                        StorageError::InvalidConfig(format!("no holders given for {path}"))
+                    }));
+                };
+                match self.buckets.get(i) {
+                    Some(bucket) => in_flight.push(read_one(i, bucket, path, range.clone())),
+                    None => {
+                        last_error = Some(StorageError::InvalidConfig(format!(
+                            "holder index {i} out of range (have {} buckets)",
+                            self.buckets.len()
+                        )))
+                    }
+                }
                 continue;
-            };
-            match bucket.get_range(path, range.clone()).await {
-                Ok(bytes) => return Ok(bytes),
-                Err(e) => {
-                    tracing::debug!(bucket = i, %path, error = %e, "read from holder failed");
-                    last_error = Some(e.into());
+            }
+            let hedge = self.read_hedge_after;
+            let can_hedge = !hedge.is_zero() && next.len() > 0;
+            tokio::select! {
+                biased;
+                Some((i, result)) = in_flight.next() => match result {
+                    Ok(bytes) => return Ok(bytes),
+                    Err(e) => {
+                        tracing::debug!(bucket = i, %path, error = %e, "read from holder failed");
+                        last_error = Some(e.into());
+                    }
+                },
+                _ = tokio::time::sleep(hedge), if can_hedge => {
+                    if let Some(bucket) = next.next().and_then(|&i| self.buckets.get(i).map(|b| (i, b))) {
+                        self.hedged_reads.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(bucket = bucket.0, %path, ?hedge, "slow read: asking the next holder too");
+                        in_flight.push(read_one(bucket.0, bucket.1, path, range.clone()));
+                    }
                 }
             }
         }
-        Err(last_error
-            .unwrap_or_else(|| StorageError::InvalidConfig(format!("no holders given for {path}"))))
     }
+
+    /// Sets how long reads may run before the next holder is asked as well (zero: only after a
+    /// failure). Lower cuts the read latency a slow bucket adds, at the cost of duplicate GETs.
+    pub fn with_read_hedge_after(mut self, after: Duration) -> Self {
+        self.read_hedge_after = after;
+        self
+    }
+
+    /// Reads that asked a second holder because the first was slow, since start.
+    pub fn hedged_reads(&self) -> u64 {
+        self.hedged_reads.load(Ordering::Relaxed)
+    }
+}
+
+async fn read_one(
+    index: usize,
+    bucket: &Arc<dyn ObjectStore>,
+    path: &Path,
+    range: Range<u64>,
+) -> (usize, object_store::Result<Bytes>) {
+    (index, bucket.get_range(path, range).await)
 }
 
 /// Where one bucket's write of one put stands, as far as the budget is concerned.
@@ -453,6 +509,78 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(err.is_retryable());
+    }
+
+    fn get_latency(millis: u64) -> LatencyProfile {
+        let mut p = LatencyProfile::local();
+        p.name = format!("get-{millis}");
+        p.get = OpLatency::millis(millis, millis);
+        p
+    }
+
+    /// Two holders with the object; the first answers after 2 s, the second after 10 ms.
+    async fn slow_first_holder(hedge: Duration) -> (QuorumWriter, Path) {
+        let stores = vec![model(get_latency(2_000), 0), model(get_latency(10), 1)];
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_read_hedge_after(hedge);
+        let key = Path::from("k");
+        qw.put(&key, PutPayload::from_static(b"payload"))
+            .await
+            .unwrap();
+        (qw, key)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_get_range_hedges_a_slow_holder() {
+        let (qw, key) = slow_first_holder(Duration::from_millis(100)).await;
+        let start = tokio::time::Instant::now();
+        let got = qw.get_range(&[0, 1], &key, 0..3).await.unwrap();
+        assert_eq!(&got[..], b"pay");
+        // 100 ms hedge + 10 ms from the second holder, not the first holder's 2 s.
+        assert_eq!(start.elapsed(), Duration::from_millis(110));
+        assert_eq!(qw.hedged_reads(), 1);
+        // A fast first holder is never hedged.
+        let start = tokio::time::Instant::now();
+        qw.get_range(&[1, 0], &key, 0..3).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(10));
+        assert_eq!(qw.hedged_reads(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_get_range_without_hedging_waits_for_the_slow_holder() {
+        let (qw, key) = slow_first_holder(Duration::ZERO).await;
+        let start = tokio::time::Instant::now();
+        qw.get_range(&[0, 1], &key, 0..3).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(2_000));
+        assert_eq!(qw.hedged_reads(), 0);
+    }
+
+    /// A failing holder hands over at once, without waiting for the hedge delay; a hedged read
+    /// whose second holder fails still gets the first holder's answer.
+    #[tokio::test(start_paused = true)]
+    async fn test_quorum_get_range_failure_moves_on_and_hedge_failure_is_survived() {
+        let stores = vec![model(get_latency(30), 0), model(get_latency(5), 1)];
+        let qw = QuorumWriter::new(as_dyn(&stores), 2)
+            .unwrap()
+            .with_read_hedge_after(Duration::from_millis(10));
+        let key = Path::from("k");
+        qw.put(&key, PutPayload::from_static(b"payload"))
+            .await
+            .unwrap();
+        stores[0].set_outage(true);
+        let start = tokio::time::Instant::now();
+        qw.get_range(&[0, 1], &key, 0..3).await.unwrap();
+        // The outage answers after its 30 ms latency, the hedge already asked holder 1 at 10 ms.
+        assert_eq!(start.elapsed(), Duration::from_millis(15));
+        stores[0].set_outage(false);
+        stores[1].set_outage(true);
+        let start = tokio::time::Instant::now();
+        let got = qw.get_range(&[0, 1], &key, 0..7).await.unwrap();
+        assert_eq!(&got[..], b"payload");
+        assert_eq!(start.elapsed(), Duration::from_millis(30));
+        stores[0].set_outage(true);
+        assert!(qw.get_range(&[0, 1], &key, 0..3).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]

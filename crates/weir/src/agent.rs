@@ -195,7 +195,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     .context("recovering the control plane")?;
     let writer = Arc::new(
         QuorumWriter::new(buckets, config.storage.quorum)?
-            .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket),
+            .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket)
+            .with_read_hedge_after(config.storage.read_hedge_after),
     );
     let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
     let produce = ProducePipeline::start(

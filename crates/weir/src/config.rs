@@ -62,6 +62,8 @@ pub(crate) struct StorageConfig {
     pub(crate) slow_bucket_delay: Duration,
     pub(crate) metadata_bucket: String,
     pub(crate) max_lagging_bytes_per_bucket: u64,
+    #[serde(with = "humantime_serde")]
+    pub(crate) read_hedge_after: Duration,
     pub(crate) cache_bytes: usize,
 }
 
