@@ -17,7 +17,7 @@ from pathlib import Path
 
 import kafka_raw as raw
 from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
-                      ck_produce, unique, wait_until)
+                      ck_produce, ck_producer, unique, wait_until)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -300,3 +300,51 @@ def test_huge_fetch_sizes_from_real_clients(agent_factory, monkeypatch):
            rss_after_fill_kib=after_fill["VmRSS"], peak_rss_kib=end["VmHWM"],
            growth_kib=growth, bound_kib=bound)
     assert growth <= bound, f"peak RSS grew by {growth} KiB, bound {bound} KiB"
+
+
+# ------------------------------------------------------------------ idle connections
+
+IDLE = "2s"  # kafka.connections_max_idle for this test (must exceed kafka.max_fetch_wait)
+
+
+def test_idle_connections_are_closed_and_clients_reconnect(agent_factory, monkeypatch):
+    """kafka.connections_max_idle: a connection that sends nothing is closed by the agent, and
+    a real producer whose connection was closed while it was quiet reconnects transparently."""
+    agent = limited_agent(agent_factory, monkeypatch, WEIR_KAFKA_CONNECTIONS_MAX_IDLE=IDLE,
+                          WEIR_KAFKA_MAX_FETCH_WAIT="1s", RUST_LOG="info,weir_server=debug")
+    quiet = raw.connect(agent.bootstrap)
+    try:
+        quiet.settimeout(30)
+        try:
+            data = quiet.recv(1)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", "the agent answered a connection that sent nothing"
+    finally:
+        quiet.close()
+
+    topic = unique("limits-idle")
+    ck_create_topics(agent.bootstrap, {topic: 1})
+    producer = ck_producer(agent.bootstrap, {"enable.idempotence": True})
+
+    def idle_closes() -> int:
+        return agent.log_text().count("no request for the idle period")
+
+    delivered = []
+
+    def produce(tag: str) -> None:
+        for i in range(100):
+            producer.produce(topic, f"{tag}-{i}".encode(), partition=0,
+                             on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(60) == 0
+
+    produce("before")
+    before = idle_closes()
+    # The agent closes the producer's connections once they have been quiet for the idle period.
+    wait_until(lambda: idle_closes() >= before + 2, 30, "the agent to close the quiet producer")
+    produce("after")
+    assert len(delivered) == 200 and all(err is None for err in delivered), delivered[:3]
+    got = ck_consume(agent.bootstrap, topic, [0])
+    values = [g.value for g in got[0]]
+    assert values == [f"before-{i}".encode() for i in range(100)] + \
+        [f"after-{i}".encode() for i in range(100)]

@@ -35,6 +35,9 @@ pub struct BrokerSettings {
     /// Fetch response bytes held across all connections; fetches read fewer bytes (at least one
     /// batch) when it is used up.
     pub max_inflight_fetch_bytes: usize,
+    /// A connection that sends no request for this long is closed, and so is one whose client
+    /// has not read a response for this long (Kafka's `connections.max.idle.ms`).
+    pub connections_max_idle: Duration,
     /// Upper bound on one fetch response, whatever the client asks for.
     pub max_fetch_bytes: usize,
     /// Upper bound on fetch long-poll time.
@@ -58,6 +61,7 @@ impl Default for BrokerSettings {
             max_inflight_per_connection: 512,
             max_inflight_request_bytes: 512 * 1024 * 1024,
             max_inflight_fetch_bytes: 512 * 1024 * 1024,
+            connections_max_idle: Duration::from_secs(600),
             max_fetch_bytes: 64 * 1024 * 1024,
             max_fetch_wait: Duration::from_secs(30),
             groups: GroupSettings::default(),

@@ -37,6 +37,7 @@ pub(crate) async fn serve(
 ) {
     debug!(%peer, "connection opened");
     let (reader, mut writer) = stream.into_split();
+    let broker_idle = broker.settings.connections_max_idle;
     let (slots_tx, mut slots_rx) =
         mpsc::channel::<ResponseSlot>(broker.settings.max_inflight_per_connection.max(1));
     let reading = tokio::spawn(read_requests(broker, reader, peer, slots_tx, shutdown));
@@ -49,9 +50,18 @@ pub(crate) async fn serve(
             }
         };
         if let Some(bytes) = response {
-            if let Err(err) = writer.write_all(&bytes).await {
-                debug!(%peer, error = %err, "write failed, closing connection");
-                break;
+            let idle = broker_idle;
+            match tokio::time::timeout(idle, writer.write_all(&bytes)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    debug!(%peer, error = %err, "write failed, closing connection");
+                    break;
+                }
+                Err(_) => {
+                    // The client has not read for the idle period: free what it pins.
+                    warn!(%peer, ?idle, "client did not read its response, closing connection");
+                    break;
+                }
             }
             // Returns a fetch response's memory before the next fetch may be read.
             drop(bytes);
@@ -124,7 +134,17 @@ async fn read_one(
     broker: &Broker,
     reader: &mut OwnedReadHalf,
 ) -> Result<Option<(Bytes, OwnedSemaphorePermit)>, FrameError> {
-    let Some(len) = read_frame_len(reader, broker.settings.max_frame_bytes).await? else {
+    let idle = broker.settings.connections_max_idle;
+    let Ok(len) = tokio::time::timeout(
+        idle,
+        read_frame_len(reader, broker.settings.max_frame_bytes),
+    )
+    .await
+    else {
+        debug!(?idle, "no request for the idle period, closing connection");
+        return Ok(None);
+    };
+    let Some(len) = len? else {
         return Ok(None);
     };
     let mut permit = acquire(broker, len).await?;

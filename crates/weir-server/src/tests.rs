@@ -42,6 +42,21 @@ const WAIT: Duration = Duration::from_secs(30);
 /// holding `batches` equal batches of `records` records in partition 0 of `TOPIC`. Returns it
 /// and the length of one batch.
 async fn broker_with_data(budget: usize, records: i32, batches: usize) -> (Arc<Broker>, usize) {
+    broker_with(
+        budget,
+        records,
+        batches,
+        BrokerSettings::default().connections_max_idle,
+    )
+    .await
+}
+
+async fn broker_with(
+    budget: usize,
+    records: i32,
+    batches: usize,
+    connections_max_idle: Duration,
+) -> (Arc<Broker>, usize) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
@@ -63,6 +78,7 @@ async fn broker_with_data(budget: usize, records: i32, batches: usize) -> (Arc<B
         max_frame_bytes: budget,
         max_inflight_request_bytes: budget,
         max_inflight_fetch_bytes: budget,
+        connections_max_idle,
         ..BrokerSettings::default()
     };
     let broker = Arc::new(Broker::new(
@@ -279,5 +295,58 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
 
     stop.send(true).unwrap();
     drop((slow, client));
+    serving.await.unwrap();
+}
+
+/// `connections_max_idle`: a connection that sends nothing is closed, and so is one whose client
+/// stops reading a response — which returns the response memory it pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_idle_and_unread_connections_are_closed() {
+    let budget = 16 * 1024 * 1024;
+    let idle = Duration::from_millis(300);
+    let (broker, _) = broker_with(budget, 64 * 1024, 48, idle).await;
+    let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let (stop, stop_rx) = watch::channel(false);
+    let serving = tokio::spawn(server.run(stop_rx));
+
+    // Sends nothing: the agent closes it (the read sees end of stream).
+    let mut quiet = TcpStream::connect(addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(WAIT, quiet.read(&mut byte))
+        .await
+        .expect("an idle connection was not closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+
+    // Asks for a response larger than the socket buffers and never reads it.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stuck = socket.connect(addr).await.unwrap();
+    stuck
+        .write_all(&encode_fetch(1, &fetch_request(0, i32::MAX)))
+        .await
+        .unwrap();
+    wait_for("the stuck reader's response", || {
+        broker.fetch_memory.used() > 0
+    })
+    .await;
+    wait_for("the stuck connection's memory", || {
+        broker.fetch_memory.used() == 0
+    })
+    .await;
+
+    // A client that keeps talking is not affected.
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    for i in 0..3 {
+        client
+            .write_all(&encode_fetch(10 + i, &fetch_request(0, 1024)))
+            .await
+            .unwrap();
+        let _ = read_response(&mut client).await;
+        tokio::time::sleep(idle / 2).await;
+    }
+
+    stop.send(true).unwrap();
+    drop((quiet, stuck, client));
     serving.await.unwrap();
 }

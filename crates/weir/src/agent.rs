@@ -230,6 +230,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         max_inflight_per_connection: config.kafka.max_inflight_per_connection,
         max_inflight_request_bytes: config.kafka.max_inflight_request_bytes,
         max_inflight_fetch_bytes: config.kafka.max_inflight_fetch_bytes,
+        connections_max_idle: config.kafka.connections_max_idle,
         max_fetch_bytes: config.kafka.max_fetch_bytes,
         max_fetch_wait: config.kafka.max_fetch_wait,
         groups: config.groups.settings(),

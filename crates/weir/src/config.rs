@@ -43,6 +43,8 @@ pub(crate) struct KafkaConfig {
     pub(crate) max_inflight_per_connection: usize,
     pub(crate) max_inflight_request_bytes: usize,
     pub(crate) max_inflight_fetch_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub(crate) connections_max_idle: Duration,
     pub(crate) max_fetch_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) max_fetch_wait: Duration,
@@ -204,6 +206,14 @@ impl Config {
             bail!(
                 "storage.down_buckets names bucket 0, which holds the metadata log; \
                  set storage.metadata_bucket to keep the log elsewhere"
+            );
+        }
+        if self.kafka.connections_max_idle <= self.kafka.max_fetch_wait {
+            bail!(
+                "kafka.connections_max_idle ({:?}) must exceed kafka.max_fetch_wait ({:?}): a \
+                 consumer waiting on a fetch long-poll sends nothing meanwhile",
+                self.kafka.connections_max_idle,
+                self.kafka.max_fetch_wait
             );
         }
         if self.kafka.num_partitions < 1 {
