@@ -156,6 +156,19 @@ def fill_disk(agent, data: Path, fill_topic: str) -> dict:
             "free_bytes": free_bytes(data)}
 
 
+def start_and_fill(agent, data: Path, prefix: str, scenario: str):
+    """Starts the agent on the mounted tmpfs, runs the checked producers until they have 1,000
+    acks, then fills the disk. Returns (topic, side topic, producers, report, what was seen)."""
+    agent.start()
+    topic, side = unique(prefix), unique("side")
+    # `side` takes the filler's data and the raw probes; `topic` only the checked records.
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS, side: 1})
+    producers = start_producers(agent, topic)
+    report = Report(scenario, 0)
+    wait_until(lambda: acked(producers) >= 1000, WAIT_S, "acks before the disk fills")
+    return topic, side, producers, report, fill_disk(agent, data, side)
+
+
 # ------------------------------------------------------------------ tests
 
 def test_disk_full_data_path_answers_and_loses_nothing(agent_factory):
@@ -166,14 +179,8 @@ def test_disk_full_data_path_answers_and_loses_nothing(agent_factory):
     data = agent.data_dir
     mount_tmpfs(data, SMALL)
     try:
-        agent.start()
-        topic, side = unique("diskfull"), unique("side")
-        # `side` takes the filler's data and the raw probes; `topic` only the checked records.
-        ck_create_topics(agent.bootstrap, {topic: PARTITIONS, side: 1})
-        producers = start_producers(agent, topic)
-        report = Report("disk-full-data-path-tmpfs-32m", 0)
-        wait_until(lambda: acked(producers) >= 1000, WAIT_S, "acks before the disk fills")
-        seen = fill_disk(agent, data, side)
+        topic, side, producers, report, seen = start_and_fill(
+            agent, data, "diskfull", "disk-full-data-path-tmpfs-32m")
         acked_full = acked(producers)
         seen["produce_codes"] = dict(Counter(answered(produce_probe, agent, side, 900 + i)
                                              for i in range(3)))
@@ -210,13 +217,8 @@ def test_disk_full_metadata_log_answers_recovers_and_stops(agent_factory):
     data = agent.data_dir
     mount_tmpfs(data, SMALL)
     try:
-        agent.start()
-        topic, side = unique("metafull"), unique("side")
-        ck_create_topics(agent.bootstrap, {topic: PARTITIONS, side: 1})
-        producers = start_producers(agent, topic)
-        report = Report("disk-full-metadata-log-tmpfs-32m", 0)
-        wait_until(lambda: acked(producers) >= 1000, WAIT_S, "acks before the disk fills")
-        seen = fill_disk(agent, data, side)
+        topic, side, producers, report, seen = start_and_fill(
+            agent, data, "metafull", "disk-full-metadata-log-tmpfs-32m")
         # Each InitProducerId is a metadata log entry: the first one's slot write fails and
         # the log starts recovering; later ones arrive while recovery keeps failing.
         seen["init_producer_id_codes"] = [answered(init_producer_id_probe, agent, 800 + i)

@@ -528,31 +528,45 @@ async fn test_pipeline_quorum_outage_fails_then_recovers_densely() {
     assert_eq!((high_watermark, stable, index.len()), (8, 8, 3));
 }
 
-/// ORD-2: a file whose upload fails for good fails every later file that was sealed before the
-/// failure was seen, even if that later file uploaded fine; a file sealed afterwards commits.
-#[tokio::test(start_paused = true)]
-async fn test_pipeline_failed_upload_fails_later_sealed_files() {
+/// A pipeline sealing one file per ticket over one bucket whose PUTs take exactly 100ms and
+/// check the outage flag at their end. File 1 (3 records) starts at t=0 and its PUT ends at t=100
+/// during an outage (t=10..120); file 2 (5 records) is sealed at t=50, before file 1's failure is
+/// seen, and its PUT ends at t=150, healthy. Returns the harness, the topic and both outcomes.
+async fn second_file_sealed_during_first_upload_outage(
+    upload_attempts: u32,
+    topic_name: &str,
+) -> (
+    Harness,
+    TopicId,
+    impl std::future::Future<Output = Vec<PartitionOutcome>>,
+    impl std::future::Future<Output = Vec<PartitionOutcome>>,
+) {
     let settings = ProduceSettings {
-        upload_attempts: 1,
+        upload_attempts,
         ..file_per_ticket()
     };
-    // Every PUT takes exactly 100ms and checks the outage flag at its end.
     let h = harness(vec![fixed_put(100)], 1, settings).await;
     let topic = h
         .control
-        .create_topic("ord2", 1, BTreeMap::new(), 1)
+        .create_topic(topic_name, 1, BTreeMap::new(), 1)
         .await
         .unwrap();
-    // t=0: file 1 starts uploading; it ends at t=100 during the outage.
     let first = h.pipeline.submit(single(topic, 0, 3)).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     h.buckets[0].model.set_outage(true);
-    // t=50: file 2 is sealed before file 1's failure is seen; its PUT ends at t=150, healthy.
     tokio::time::sleep(Duration::from_millis(40)).await;
     let second = h.pipeline.submit(single(topic, 0, 5)).await;
     tokio::time::sleep(Duration::from_millis(70)).await;
     h.buckets[0].model.set_outage(false);
+    (h, topic, first, second)
+}
 
+/// ORD-2: a file whose upload fails for good fails every later file that was sealed before the
+/// failure was seen, even if that later file uploaded fine; a file sealed afterwards commits.
+#[tokio::test(start_paused = true)]
+async fn test_pipeline_failed_upload_fails_later_sealed_files() {
+    // File 1's only PUT fails; file 2 was sealed before that was seen.
+    let (h, topic, first, second) = second_file_sealed_during_first_upload_outage(1, "ord2").await;
     let first = first.await;
     assert!(
         matches!(
@@ -582,25 +596,10 @@ async fn test_pipeline_failed_upload_fails_later_sealed_files() {
 /// the later file still commits after the earlier one (offsets follow seal order).
 #[tokio::test(start_paused = true)]
 async fn test_pipeline_commits_in_seal_order_when_uploads_finish_out_of_order() {
-    let settings = ProduceSettings {
-        upload_attempts: 3,
-        ..file_per_ticket()
-    };
-    let h = harness(vec![fixed_put(100)], 1, settings).await;
-    let topic = h
-        .control
-        .create_topic("reorder", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
-    // File 1's first PUT ends at t=100 during an outage and is retried after a backoff;
-    // file 2's only PUT ends at t=150, healthy, so its upload result arrives first.
-    let first = h.pipeline.submit(single(topic, 0, 3)).await;
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    h.buckets[0].model.set_outage(true);
-    tokio::time::sleep(Duration::from_millis(40)).await;
-    let second = h.pipeline.submit(single(topic, 0, 5)).await;
-    tokio::time::sleep(Duration::from_millis(70)).await;
-    h.buckets[0].model.set_outage(false);
+    // File 1's first PUT fails and is retried after a backoff; file 2's only PUT succeeds at
+    // t=150, so its upload result arrives first.
+    let (h, topic, first, second) =
+        second_file_sealed_during_first_upload_outage(3, "reorder").await;
     let second = tokio::spawn(second);
     tokio::time::sleep(Duration::from_millis(40)).await;
     assert_eq!(
