@@ -92,7 +92,7 @@ impl ControlPlane {
         let log = LogStore::new(store, settings.write_attempts);
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
-        let recovered = log.recover(&settings.address, &cluster_id).await?;
+        let recovered = recover_claiming_again(&log, &settings.address, &cluster_id).await?;
         let durable = recovered.next_seq - 1;
         let (durable_tx, durable_rx) = watch::channel(durable);
         let (available_tx, available_rx) = watch::channel(true);
@@ -184,6 +184,31 @@ impl ControlPlane {
         match self.submit(entry).await? {
             EntryResult::CreateTopic(result) => result,
             other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// How often opening claims a new epoch after another writer overtook the previous claim.
+const OPEN_CLAIM_ATTEMPTS: u32 = 5;
+
+/// Recovery for a starting agent: when another writer overtakes our claim (a rolling restart
+/// starts the new agent before the old one stops, or two agents start together), claims again
+/// above it, a few times, before giving up.
+async fn recover_claiming_again(
+    log: &LogStore,
+    address: &str,
+    cluster_id: &str,
+) -> Result<Recovered, LogError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match log.recover(address, cluster_id).await {
+            Err(err @ (LogError::EpochTaken(_) | LogError::SlotLost { .. }))
+                if attempt < OPEN_CLAIM_ATTEMPTS =>
+            {
+                warn!(attempt, error = %err, "another writer overtook our claim, claiming again");
+            }
+            other => return other,
         }
     }
 }
