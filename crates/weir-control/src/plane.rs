@@ -77,6 +77,7 @@ pub struct ControlPlane {
     state: Arc<RwLock<State>>,
     durable_seq: watch::Receiver<u64>,
     available: watch::Receiver<bool>,
+    open_claims: u32,
 }
 
 impl std::fmt::Debug for Command {
@@ -98,7 +99,8 @@ impl ControlPlane {
         let log = LogStore::new(store, settings.write_attempts);
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
-        let recovered = recover_claiming_again(&log, &settings.address, &cluster_id).await?;
+        let (recovered, open_claims) =
+            recover_claiming_again(&log, &settings.address, &cluster_id).await?;
         let durable = recovered.next_seq - 1;
         let (durable_tx, durable_rx) = watch::channel(durable);
         let (available_tx, available_rx) = watch::channel(true);
@@ -120,7 +122,13 @@ impl ControlPlane {
             state,
             durable_seq: durable_rx,
             available: available_rx,
+            open_claims,
         })
+    }
+
+    /// Epochs opening claimed: more than one when another writer overtook a claim.
+    pub fn open_claims(&self) -> u32 {
+        self.open_claims
     }
 
     /// Sequences `entry`, and returns its result once it is durable.
@@ -208,17 +216,18 @@ async fn recover_claiming_again(
     log: &LogStore,
     address: &str,
     cluster_id: &str,
-) -> Result<Recovered, LogError> {
+) -> Result<(Recovered, u32), LogError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         match log.recover(address, cluster_id).await {
+            Ok(recovered) => return Ok((recovered, attempt)),
             Err(err @ (LogError::EpochTaken(_) | LogError::SlotLost { .. }))
                 if attempt < OPEN_CLAIM_ATTEMPTS =>
             {
                 warn!(attempt, error = %err, "another writer overtook our claim, claiming again");
             }
-            other => return other,
+            Err(err) => return Err(err),
         }
     }
 }

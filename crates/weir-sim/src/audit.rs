@@ -105,6 +105,20 @@ impl Auditor {
         self.files_checked.clear();
     }
 
+    /// Replays the raw metadata log twice, through production `LogStore::replay` and through
+    /// the auditor's own [`crate::replay`], and reports any difference.
+    pub(crate) async fn cross_check_replay(&self, violations: &mut Vec<String>) {
+        let production = LogStore::new(self.raw_control.clone(), 1).replay().await;
+        let independent = crate::replay::replay_from_zero(&self.raw_control).await;
+        match (production, independent) {
+            (Ok(production), Ok(independent)) => {
+                violations.extend(crate::replay::compare(&production.state, &independent));
+            }
+            (Err(err), _) => violations.push(format!("production replay failed: {err}")),
+            (_, Err(err)) => violations.push(format!("independent replay failed: {err}")),
+        }
+    }
+
     /// Replays the raw metadata log; problems go to `violations`.
     pub(crate) async fn shadow(
         &mut self,

@@ -51,6 +51,10 @@ pub enum Sabotage {
     DeleteFile,
     /// Delete every snapshot and log slot 2, so replay stops early.
     TruncateLog,
+    /// Rewrite the log slot the newest snapshot ends at, adding a topic: the snapshot (which
+    /// production replay starts from) and the log (which the auditor's own replay reads) now
+    /// disagree, as they would if either replay had a bug.
+    ForgeCoveredSlot,
 }
 
 impl Default for SimOptions {
@@ -86,6 +90,11 @@ pub struct SimReport {
     pub slowdowns: u32,
     pub log_outages: u32,
     pub failed_opens: u32,
+    /// Two agents recovering at once, the first one's claim overtaken by the second (slow
+    /// first recovery): the interleaving of a rolling restart that starts the new agent early.
+    pub overlapping_recoveries: u32,
+    /// Claims lost to a later writer and made again while opening (`EpochTaken`).
+    pub overtaken_claims: u32,
     /// Most dead log slots (written by a deposed writer) one replay skipped.
     pub dead_slots: u64,
     pub consumed_batches: u64,
@@ -110,7 +119,8 @@ impl fmt::Display for SimReport {
         write!(
             f,
             "seed {} [{}]: {} — {} steps, {:.1} s simulated, {} requests, {} batches / {} records \
-             acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} bucket outages, {} slowdowns, {} log \
+             acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
+             recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} consumed; lost {}, duplicated {}, reordered {}, gaps {}, violations {}; \
              trace {:016x}",
             self.seed,
@@ -125,6 +135,8 @@ impl fmt::Display for SimReport {
             self.crashes,
             self.takeovers,
             self.dead_slots,
+            self.overlapping_recoveries,
+            self.overtaken_claims,
             self.bucket_outages,
             self.slowdowns,
             self.log_outages,
@@ -187,6 +199,9 @@ struct Scenario {
     p_outage: f64,
     p_slow: f64,
     p_log_outage: f64,
+    /// Per-step probability of two overlapping recoveries (drawn from its own generator, so
+    /// the other faults of a seed stay where they were before this fault existed).
+    p_overlap: f64,
     p_send: f64,
 }
 
@@ -229,6 +244,7 @@ impl Scenario {
             p_outage: 0.006 * scale,
             p_slow: 0.006 * scale,
             p_log_outage: 0.003 * scale,
+            p_overlap: 0.002 * scale,
             p_send: 0.3 + rng.f64() * 0.6,
         }
     }
@@ -289,6 +305,24 @@ impl Incarnation {
     }
 }
 
+/// Two overlapping recoveries: the first agent sees the metadata bucket slowly while it opens,
+/// so the second, started once the first has claimed its epoch, claims a later one and writes
+/// its `NewEpoch` before the first one's replay reaches the end of the log. Once the second has
+/// opened the first runs at normal speed; once the first has opened, every other agent stops
+/// (a rolling restart that started the new agent before stopping the old ones), so clients move
+/// to the first: if it served from an overtaken claim, what it acknowledges is lost.
+struct Overlap {
+    first: u32,
+    /// The first agent's private view of the metadata bucket (slow until the second opened).
+    first_faults: Arc<BucketFaults>,
+    /// When the second agent starts (`None` once it has).
+    second_at: Option<tokio::time::Instant>,
+    second: Option<u32>,
+}
+
+/// Delay per metadata operation of the first of two overlapping recoveries.
+const OVERLAP_SLOW_MS: u64 = 300;
+
 /// A request in flight: which client, on which incarnation, carrying which batches.
 struct Request {
     client: usize,
@@ -343,7 +377,13 @@ struct World {
     auditor: Auditor,
     topic: Option<TopicId>,
     incarnations: Vec<Incarnation>,
-    opening: bool,
+    /// Opens (recoveries) in flight.
+    opening: u32,
+    /// Draws of faults added after the seed schedules were fixed (see `Scenario::p_overlap`).
+    fault_rng: fastrand::Rng,
+    overlap: Option<Overlap>,
+    /// Agent processes started (their numbers).
+    opened_count: u32,
     /// Earliest time the next open may start (backoff after a failed one).
     open_after: tokio::time::Instant,
     clients: Vec<Client>,
@@ -422,7 +462,10 @@ impl World {
             auditor,
             topic: None,
             incarnations: Vec::new(),
-            opening: false,
+            opening: 0,
+            fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
+            overlap: None,
+            opened_count: 0,
             open_after: tokio::time::Instant::now(),
             clients,
             producer_pending: BTreeMap::new(),
@@ -517,6 +560,7 @@ impl World {
     /// One step: keep an agent running, let clients send, let time pass, take in what came
     /// back, consume, audit.
     async fn tick(&mut self, load: bool) {
+        self.overlap_second();
         self.ensure_incarnation();
         self.send(load).await;
         let pause = if load { self.rng.u64(0..=15) } else { 20 };
@@ -547,7 +591,7 @@ impl World {
                 self.halt(victim);
             }
         }
-        if self.rng.f64() < s.p_takeover && !self.opening && self.live().count() < 2 {
+        if self.rng.f64() < s.p_takeover && self.opening == 0 && self.live().count() < 2 {
             // A second writer starts while the first still serves its clients.
             self.report.takeovers += 1;
             self.event("takeover");
@@ -576,6 +620,13 @@ impl World {
                 .slow_ms
                 .store(slow, Ordering::SeqCst);
             self.event(&format!("bucket {index} slow={slow}ms"));
+        }
+        if self.fault_rng.f64() < s.p_overlap
+            && self.opening == 0
+            && self.overlap.is_none()
+            && self.live().count() < 2
+        {
+            self.start_overlap();
         }
         if self.rng.f64() < s.p_log_outage {
             let down = !self.log_bucket.model.is_down();
@@ -629,7 +680,115 @@ impl World {
                     .await;
                 self.event("sabotage: truncated the log");
             }
+            Sabotage::ForgeCoveredSlot => self.forge_covered_slot().await,
         }
+    }
+
+    /// Stops the serving agent and starts the first of two overlapping recoveries;
+    /// [`World::overlap_second`] starts the second once the first has claimed its epoch (a claim
+    /// is a LIST and a PUT).
+    fn start_overlap(&mut self) {
+        self.report.overlapping_recoveries += 1;
+        // The agent serving so far stops, so the two recoveries race only each other.
+        let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+        for index in live {
+            self.halt(index);
+        }
+        let faults = Arc::new(BucketFaults::new(
+            self.scenario.ambiguous_rate,
+            self.fault_rng.u64(..),
+        ));
+        faults.slow_ms.store(OVERLAP_SLOW_MS, Ordering::SeqCst);
+        let first = self.start_open_with(faults.clone());
+        self.event(&format!("overlapping recoveries: {first} opens slowly"));
+        let claimed = Duration::from_millis(2 * OVERLAP_SLOW_MS + 150);
+        self.overlap = Some(Overlap {
+            first,
+            first_faults: faults,
+            second_at: Some(tokio::time::Instant::now() + claimed),
+            second: None,
+        });
+    }
+
+    fn overlap_second(&mut self) {
+        let due = self
+            .overlap
+            .as_ref()
+            .and_then(|overlap| overlap.second_at)
+            .is_some_and(|at| tokio::time::Instant::now() >= at);
+        if due {
+            let second = self.start_open();
+            self.event(&format!("overlapping recoveries: {second} opens"));
+            if let Some(overlap) = &mut self.overlap {
+                overlap.second_at = None;
+                overlap.second = Some(second);
+            }
+        }
+    }
+
+    /// An agent finished opening: the second of two overlapping recoveries lets the first run
+    /// at normal speed; the first (if it opened) stops every other agent.
+    fn overlap_opened(&mut self, number: u32, opened: bool) {
+        let Some(overlap) = &self.overlap else {
+            return;
+        };
+        if overlap.second == Some(number) {
+            overlap.first_faults.slow_ms.store(0, Ordering::SeqCst);
+        }
+        if overlap.first != number {
+            return;
+        }
+        overlap.first_faults.slow_ms.store(0, Ordering::SeqCst);
+        // Opened before the second even started: just a slow open, nothing overlapped.
+        let overlapped = overlap.second_at.is_none();
+        self.overlap = None;
+        if opened && overlapped {
+            self.event("overlapping recoveries: the others stop");
+            let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+            for index in live {
+                self.halt(index);
+            }
+        }
+    }
+
+    async fn forge_covered_slot(&mut self) {
+        let snapshots: Vec<u64> = self
+            .log_bucket
+            .raw
+            .list(Some(&weir_storage::keys::meta_snapshot_prefix()))
+            .filter_map(|meta| async move {
+                meta.ok()
+                    .and_then(|m| weir_storage::keys::parse_seq_key(&m.location))
+            })
+            .collect()
+            .await;
+        let Some(seq) = snapshots.into_iter().max() else {
+            return;
+        };
+        let key = weir_storage::keys::meta_log(seq);
+        let Ok(found) = self.log_bucket.raw.get(&key).await else {
+            return;
+        };
+        let Ok(bytes) = found.bytes().await else {
+            return;
+        };
+        let Ok(envelope) = weir_format::decode_envelope(&bytes) else {
+            return;
+        };
+        let Ok(mut record) =
+            serde_json::from_slice::<weir_control::log::LogRecord>(envelope.payload)
+        else {
+            return;
+        };
+        record.entries.push(Entry::CreateTopic {
+            name: "forged".into(),
+            topic_id: TopicId([0x5a; 16]),
+            partitions: 1,
+            configs: BTreeMap::new(),
+        });
+        let forged = weir_control::log::LogStore::encode_record(envelope.epoch, seq, &record);
+        let _ = self.log_bucket.raw.put(&key, forged.into()).await;
+        self.event(&format!("sabotage: forged {key}"));
     }
 
     /// Ends every fault: buckets up and fast, and one fresh agent instead of whatever survived.
@@ -672,7 +831,7 @@ impl World {
 
     fn ensure_incarnation(&mut self) {
         if self.newest_live().is_none()
-            && !self.opening
+            && self.opening == 0
             && tokio::time::Instant::now() >= self.open_after
         {
             self.start_open();
@@ -680,14 +839,21 @@ impl World {
     }
 
     /// Starts a new agent process: recover the control plane (claiming a new epoch).
-    fn start_open(&mut self) {
-        self.opening = true;
-        let number = self.incarnations.len() as u32;
+    fn start_open(&mut self) -> u32 {
+        let faults = self.log_bucket.faults.clone();
+        self.start_open_with(faults)
+    }
+
+    /// Starts an agent process that sees the metadata bucket with `log_faults`.
+    fn start_open_with(&mut self, log_faults: Arc<BucketFaults>) -> u32 {
+        self.opening += 1;
+        self.opened_count += 1;
+        let number = self.opened_count - 1;
         let halted = Arc::new(AtomicBool::new(false));
         let store: Arc<dyn ObjectStore> = Arc::new(Gate::new(
             self.log_bucket.model.clone(),
             halted.clone(),
-            self.log_bucket.faults.clone(),
+            log_faults,
         ));
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
@@ -709,6 +875,7 @@ impl World {
                 result,
             });
         });
+        number
     }
 
     fn opened(&mut self, number: u32, halted: Arc<AtomicBool>, control: ControlPlane) {
@@ -922,10 +1089,15 @@ impl World {
                     halted,
                     result,
                 } => {
-                    self.opening = false;
+                    self.opening -= 1;
+                    self.overlap_opened(number, result.is_ok());
                     match result {
                         Ok(control) => {
-                            self.event(&format!("opened incarnation {number}"));
+                            self.report.overtaken_claims += control.open_claims() - 1;
+                            self.event(&format!(
+                                "opened incarnation {number} ({} claims)",
+                                control.open_claims()
+                            ));
                             self.opened(number, halted, control);
                         }
                         Err(err) => {
@@ -1229,6 +1401,7 @@ impl World {
             return;
         };
         let mut messages = Vec::new();
+        self.auditor.cross_check_replay(&mut messages).await;
         self.auditor.forget_reads();
         let Some(shadow) = self
             .auditor

@@ -21,6 +21,7 @@ mod audit;
 mod client;
 mod driver;
 mod gate;
+mod replay;
 
 pub use audit::Breaches;
 pub use driver::{run, Sabotage, SimOptions, SimReport};

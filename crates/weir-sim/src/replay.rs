@@ -1,0 +1,91 @@
+//! An independent, minimal replay of the raw metadata log, so a bug in the production replay
+//! (`LogStore::replay`: snapshot choice, where replay starts and stops, the dead-slot rule)
+//! cannot fool both the system and its auditor. It ignores snapshots, reads every slot from 0
+//! until the first missing one, and restates the dead-slot rule: a record whose epoch is below
+//! the highest epoch seen so far was written by a deposed writer and is skipped. Only the
+//! state machine (`State::apply`) and the envelope decoder are shared with production.
+
+use object_store::memory::InMemory;
+use object_store::ObjectStoreExt;
+use weir_control::log::LogRecord;
+use weir_control::State;
+use weir_format::{decode_envelope, EnvelopeKind};
+use weir_storage::keys;
+
+/// The durable state after every live slot, replayed from slot 0.
+pub(crate) async fn replay_from_zero(raw: &InMemory) -> Result<State, String> {
+    let mut state = State::default();
+    let mut highest_epoch = 0u64;
+    for seq in 0u64.. {
+        let key = keys::meta_log(seq);
+        let bytes = match raw.get(&key).await {
+            Ok(result) => result
+                .bytes()
+                .await
+                .map_err(|err| format!("{key}: {err}"))?,
+            Err(object_store::Error::NotFound { .. }) => break,
+            Err(err) => return Err(format!("{key}: {err}")),
+        };
+        let envelope = decode_envelope(&bytes).map_err(|err| format!("{key}: {err}"))?;
+        if envelope.kind != EnvelopeKind::LogEntry || envelope.seq != seq {
+            return Err(format!(
+                "{key}: holds {:?} of slot {}",
+                envelope.kind, envelope.seq
+            ));
+        }
+        if envelope.epoch < highest_epoch {
+            continue;
+        }
+        highest_epoch = envelope.epoch;
+        let record: LogRecord =
+            serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
+        for entry in &record.entries {
+            state.apply(entry);
+        }
+    }
+    state.mark_all_stable();
+    Ok(state)
+}
+
+/// Differences between the production replay's state and the independent one (empty: equal).
+pub(crate) fn compare(production: &State, independent: &State) -> Vec<String> {
+    fn json<T: serde::Serialize>(value: &T) -> String {
+        serde_json::to_string(value).expect("state serialises")
+    }
+    let fields = [
+        (
+            "cluster id",
+            json(&production.cluster_id),
+            json(&independent.cluster_id),
+        ),
+        ("epoch", json(&production.epoch), json(&independent.epoch)),
+        (
+            "producer ids",
+            json(&(production.next_producer_id, &production.producer_epochs)),
+            json(&(independent.next_producer_id, &independent.producer_epochs)),
+        ),
+        (
+            "topics",
+            json(&production.topics),
+            json(&independent.topics),
+        ),
+        ("files", json(&production.files), json(&independent.files)),
+        (
+            "agent tips",
+            json(&production.agent_tips),
+            json(&independent.agent_tips),
+        ),
+        (
+            "group offsets",
+            json(&production.group_offsets),
+            json(&independent.group_offsets),
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter(|(_, production, independent)| production != independent)
+        .map(|(field, _, _)| {
+            format!("production and independent replays of the metadata log disagree on {field}")
+        })
+        .collect()
+}
