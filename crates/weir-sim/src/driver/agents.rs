@@ -1,0 +1,387 @@
+//! Agent processes and their clients: opening incarnations (recovery), the topic, producer ids,
+//! sending produce requests and taking in what spawned tasks report back.
+
+use super::*;
+
+impl World {
+    pub(super) fn ensure_incarnation(&mut self) {
+        if self.newest_live().is_none()
+            && self.opening == 0
+            && tokio::time::Instant::now() >= self.open_after
+        {
+            self.start_open();
+        }
+    }
+
+    /// Starts a new agent process: recover the control plane (claiming a new epoch).
+    pub(super) fn start_open(&mut self) -> u32 {
+        let faults = self.log_bucket.faults.clone();
+        self.start_open_with(faults)
+    }
+
+    /// Starts an agent process that sees the metadata bucket with `log_faults`.
+    pub(super) fn start_open_with(&mut self, log_faults: Arc<BucketFaults>) -> u32 {
+        self.opening += 1;
+        self.opened_count += 1;
+        let number = self.opened_count - 1;
+        let halted = Arc::new(AtomicBool::new(false));
+        let store: Arc<dyn ObjectStore> = Arc::new(Gate::new(
+            self.log_bucket.model.clone(),
+            halted.clone(),
+            log_faults,
+        ));
+        let settings = ControlPlaneSettings {
+            max_inflight_writes: self.scenario.log_inflight,
+            snapshot_every_slots: self.scenario.snapshot_every,
+            write_attempts: 2,
+            address: format!("sim-agent-{number}"),
+            encode_snapshots_inline: true,
+            ..ControlPlaneSettings::default()
+        };
+        let seed = self.rng.u64(..);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let result = ControlPlane::open(store, settings, seed)
+                .await
+                .map_err(|err| err.to_string());
+            let _ = tx.send(Msg::Opened {
+                number,
+                halted,
+                result,
+            });
+        });
+        number
+    }
+
+    pub(super) fn opened(&mut self, number: u32, halted: Arc<AtomicBool>, control: ControlPlane) {
+        let stores: Vec<Arc<dyn ObjectStore>> = self
+            .buckets
+            .iter()
+            .map(|b| {
+                Arc::new(Gate::new(b.model.clone(), halted.clone(), b.faults.clone()))
+                    as Arc<dyn ObjectStore>
+            })
+            .collect();
+        let writer =
+            Arc::new(QuorumWriter::new(stores, self.scenario.quorum).expect("valid quorum"));
+        let cache = Arc::new(ReadCache::new(1 << 20));
+        let pipeline = ProducePipeline::start(
+            self.scenario.produce.clone(),
+            writer.clone(),
+            control.clone(),
+            cache.clone(),
+            self.clock.clone(),
+            self.rng.u64(..),
+        );
+        let fetch = FetchReader::new(control.clone(), writer, cache);
+        self.incarnations.push(Incarnation {
+            number,
+            halted,
+            control,
+            pipeline,
+            fetch,
+        });
+    }
+
+    /// Clients (re)connect, get producer ids, create the topic, and send.
+    pub(super) async fn send(&mut self, load: bool) {
+        let Some(newest) = self.newest_live() else {
+            return;
+        };
+        let Some(topic) = self.topic.or_else(|| self.ensure_topic(newest)) else {
+            return;
+        };
+        for c in 0..self.clients.len() {
+            let attached = match self.clients[c].attached {
+                Some(index) if self.incarnations[index].alive() => index,
+                _ => {
+                    self.clients[c].attached = Some(newest);
+                    newest
+                }
+            };
+            let client = &self.clients[c];
+            if client.kind == Kind::Idempotent && client.producer.is_none() {
+                if let std::collections::btree_map::Entry::Vacant(slot) =
+                    self.producer_pending.entry(c)
+                {
+                    slot.insert(attached);
+                    self.init_producer(c, attached);
+                }
+                continue;
+            }
+            let mut requests: Vec<Vec<Batch>> = self.clients[c]
+                .take_resends()
+                .into_iter()
+                .map(|batch| vec![batch])
+                .collect();
+            if load && self.rng.f64() < self.scenario.p_send {
+                let mut partitions: Vec<i32> = (0..self.scenario.partitions).collect();
+                self.rng.shuffle(&mut partitions);
+                partitions.truncate(self.rng.usize(1..=partitions.len().min(3)));
+                let client = &mut self.clients[c];
+                let mut batches = Vec::new();
+                for partition in partitions {
+                    let ready = match client.kind {
+                        Kind::Idempotent => client
+                            .streams
+                            .get(&partition)
+                            .is_none_or(|stream| stream.can_send_new()),
+                        Kind::Plain => client.plain_in_flight.len() < 16,
+                    };
+                    if ready {
+                        let count = self.rng.i32(1..=5);
+                        batches.push(client.new_batch(partition, count));
+                    }
+                }
+                if !batches.is_empty() {
+                    requests.push(batches);
+                }
+            }
+            for batches in requests {
+                self.submit(c, attached, topic, batches).await;
+            }
+        }
+    }
+
+    /// Creates the topic through the newest incarnation (retried every step until a creation
+    /// is acknowledged: only then is the topic durable).
+    pub(super) fn ensure_topic(&mut self, newest: usize) -> Option<TopicId> {
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            self.producer_pending.entry(usize::MAX)
+        {
+            slot.insert(newest);
+            let control = self.incarnations[newest].control.clone();
+            let partitions = self.scenario.partitions;
+            let seed = self.seed;
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let result = match control
+                    .create_topic(TOPIC, partitions, BTreeMap::new(), seed)
+                    .await
+                {
+                    Ok(id) => Ok(id),
+                    // An earlier attempt landed; its slot precedes ours, so it is durable too.
+                    Err(ControlError::TopicAlreadyExists(_)) => control
+                        .read(|state| state.topic(TOPIC).map(|t| t.id))
+                        .ok_or_else(|| "topic exists but is not in the state".to_string()),
+                    Err(err) => Err(err.to_string()),
+                };
+                let _ = tx.send(Msg::Topic {
+                    incarnation: newest,
+                    result,
+                });
+            });
+        }
+        None
+    }
+
+    pub(super) fn init_producer(&mut self, client: usize, incarnation: usize) {
+        let control = self.incarnations[incarnation].control.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let result = match control
+                .submit(Entry::InitProducerId { existing: None })
+                .await
+            {
+                Ok(EntryResult::InitProducerId(Ok(pair))) => Ok(pair),
+                Ok(other) => Err(format!("{other:?}")),
+                Err(err) => Err(err.to_string()),
+            };
+            let _ = tx.send(Msg::Producer {
+                client,
+                incarnation,
+                result,
+            });
+        });
+    }
+
+    pub(super) async fn submit(
+        &mut self,
+        c: usize,
+        incarnation: usize,
+        topic: TopicId,
+        batches: Vec<Batch>,
+    ) {
+        let producer = match self.clients[c].kind {
+            Kind::Idempotent => self.clients[c].producer.expect("idempotent clients wait"),
+            Kind::Plain => (-1, -1),
+        };
+        let mut partitions = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            if batch.attempts > 1 {
+                self.report.resends += 1;
+            }
+            let bytes: Bytes = build_test_batch(
+                batch.count,
+                batch.id.timestamp(),
+                (producer.0, producer.1, batch.sequence),
+            );
+            partitions.push(PartitionBatches {
+                topic_id: topic,
+                partition: batch.partition,
+                batches: split_and_validate(&bytes).expect("test batches are valid"),
+            });
+        }
+        let request = self.next_request;
+        self.next_request += 1;
+        self.report.requests += 1;
+        let pipeline = self.incarnations[incarnation].pipeline.clone();
+        let queued = tokio::time::timeout(
+            Duration::from_secs(1),
+            pipeline.submit(ProduceTicket { partitions }),
+        )
+        .await;
+        let Ok(outcome) = queued else {
+            // The pipeline did not take the request: as if the connection timed out.
+            for batch in batches {
+                if let Some(batch) = self.clients[c].answered(batch.partition, batch.id.number) {
+                    if !self.clients[c].failed(batch) {
+                        self.report.plain_unacked += 1;
+                    }
+                }
+            }
+            return;
+        };
+        self.requests.insert(
+            request,
+            Request {
+                client: c,
+                incarnation,
+                batches: batches
+                    .iter()
+                    .map(|batch| (batch.partition, batch.id.number))
+                    .collect(),
+            },
+        );
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let outcome = outcome.await;
+            let _ = tx.send(Msg::Outcome { request, outcome });
+        });
+    }
+
+    /// Takes in everything spawned tasks reported since the last step.
+    pub(super) fn drain(&mut self) {
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Msg::Outcome { request, outcome } => self.outcome(request, outcome),
+                Msg::Opened {
+                    number,
+                    halted,
+                    result,
+                } => {
+                    self.opening -= 1;
+                    self.overlap_opened(number, result.is_ok());
+                    match result {
+                        Ok(control) => {
+                            self.report.overtaken_claims += control.open_claims() - 1;
+                            self.event(&format!(
+                                "opened incarnation {number} ({} claims)",
+                                control.open_claims()
+                            ));
+                            self.opened(number, halted, control);
+                        }
+                        Err(err) => {
+                            self.report.failed_opens += 1;
+                            self.event(&format!("open failed: {err}"));
+                            self.open_after =
+                                tokio::time::Instant::now() + Duration::from_millis(50);
+                        }
+                    }
+                }
+                Msg::Topic {
+                    incarnation,
+                    result,
+                } => {
+                    self.producer_pending.remove(&usize::MAX);
+                    match result {
+                        Ok(id) if self.incarnations[incarnation].alive() => {
+                            self.event("topic created");
+                            self.topic.get_or_insert(id);
+                        }
+                        Ok(_) => {}
+                        Err(err) => self.event(&format!("create topic: {err}")),
+                    }
+                }
+                Msg::Producer {
+                    client,
+                    incarnation,
+                    result,
+                } => {
+                    if self.producer_pending.get(&client) == Some(&incarnation) {
+                        self.producer_pending.remove(&client);
+                    }
+                    if !self.incarnations[incarnation].alive() {
+                        continue;
+                    }
+                    match (client, result) {
+                        (client, Ok(pair)) => {
+                            self.event(&format!("client {client} is producer {pair:?}"));
+                            // A second id (from a retry after a crash) is simply not used.
+                            self.clients[client].producer.get_or_insert(pair);
+                        }
+                        (client, Err(err)) => {
+                            self.event(&format!("client {client} init failed: {err}"))
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn outcome(&mut self, request: u64, outcome: TicketOutcome) {
+        let Some(request) = self.requests.remove(&request) else {
+            return; // written off when its incarnation died
+        };
+        if outcome.len() != request.batches.len() {
+            self.violation(format!(
+                "request answered with {} outcomes for {} partitions",
+                outcome.len(),
+                request.batches.len()
+            ));
+        }
+        let client_id = self.clients[request.client].id;
+        for ((partition, number), result) in request.batches.iter().zip(outcome) {
+            let Some(batch) = self.clients[request.client].answered(*partition, *number) else {
+                continue;
+            };
+            match result {
+                PartitionOutcome::Committed { base_offset, .. } => {
+                    self.event(&format!(
+                        "ack c{client_id}#{number} p{partition}@{base_offset}"
+                    ));
+                    self.report.acked_batches += 1;
+                    self.report.acked_records += batch.count as u64;
+                    self.acks.push(Ack {
+                        id: batch.id,
+                        partition: *partition,
+                        base_offset,
+                        count: batch.count,
+                    });
+                }
+                PartitionOutcome::Failed(err) => {
+                    if matches!(
+                        err,
+                        ProduceError::Control(ControlError::OutOfOrderSequence { .. })
+                    ) {
+                        self.report.out_of_sequence += 1;
+                    }
+                    if matches!(
+                        err,
+                        ProduceError::Control(
+                            ControlError::InvalidProducerEpoch { .. }
+                                | ControlError::UnknownProducerId(_)
+                                | ControlError::UnknownTopicOrPartition(_)
+                        )
+                    ) {
+                        self.violation(format!("c{client_id}#{number} refused: {err}"));
+                    }
+                    self.event(&format!("fail c{client_id}#{number} p{partition}: {err}"));
+                    if !self.clients[request.client].failed(batch) {
+                        self.report.plain_unacked += 1;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Fault injection: kills, takeovers, overlapping recoveries, bucket outages and slowness,
+//! sabotage behind the system's back, and the heal at the end of the fault phase.
+
+use super::*;
+
+impl World {
+    pub(super) fn inject_faults(&mut self) {
+        let s = self.scenario.clone();
+        if self.rng.f64() < s.p_crash {
+            let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+            if !live.is_empty() {
+                let victim = live[self.rng.usize(..live.len())];
+                self.report.crashes += 1;
+                self.halt(victim);
+            }
+        }
+        if self.rng.f64() < s.p_takeover && self.opening == 0 && self.live().count() < 2 {
+            // A second writer starts while the first still serves its clients.
+            self.report.takeovers += 1;
+            self.event("takeover");
+            self.start_open();
+        }
+        if self.rng.f64() < s.p_outage {
+            let index = self.rng.usize(..self.buckets.len());
+            let model = &self.buckets[index].model;
+            let down = !model.is_down();
+            model.set_outage(down);
+            if down {
+                self.report.bucket_outages += 1;
+            }
+            self.event(&format!("bucket {index} down={down}"));
+        }
+        if self.rng.f64() < s.p_slow {
+            let index = self.rng.usize(..self.buckets.len());
+            let slow = if self.buckets[index].faults.slow_ms.load(Ordering::SeqCst) == 0 {
+                self.report.slowdowns += 1;
+                self.rng.u64(100..=2_000)
+            } else {
+                0
+            };
+            self.buckets[index]
+                .faults
+                .slow_ms
+                .store(slow, Ordering::SeqCst);
+            self.event(&format!("bucket {index} slow={slow}ms"));
+        }
+        if self.fault_rng.f64() < s.p_overlap
+            && self.opening == 0
+            && self.overlap.is_none()
+            && self.live().count() < 2
+        {
+            self.start_overlap();
+        }
+        if self.rng.f64() < s.p_log_outage {
+            let down = !self.log_bucket.model.is_down();
+            self.log_bucket.model.set_outage(down);
+            if down {
+                self.report.log_outages += 1;
+            }
+            self.event(&format!("log bucket down={down}"));
+        }
+    }
+
+    pub(super) async fn sabotage(&mut self, sabotage: Sabotage) {
+        match sabotage {
+            Sabotage::None => {}
+            Sabotage::DeleteFile => {
+                let Some(ack) = self.acks.last() else { return };
+                let (partition, offset) = (ack.partition, ack.base_offset);
+                let Some(file) = self.incarnations.iter().find_map(|inc| {
+                    inc.control.read(|state| {
+                        let topic = state.topic(TOPIC)?;
+                        let p = topic.partition(partition)?;
+                        p.index
+                            .iter()
+                            .find(|e| e.base_offset == offset)
+                            .map(|e| e.file_id)
+                    })
+                }) else {
+                    return;
+                };
+                let key = weir_storage::keys::ingest_file(&file.to_string(), file.unix_ms());
+                for bucket in &self.buckets {
+                    let _ = bucket.raw.delete(&key).await;
+                }
+                self.event(&format!("sabotage: deleted {key}"));
+            }
+            Sabotage::TruncateLog => {
+                let snapshots: Vec<_> = self
+                    .log_bucket
+                    .raw
+                    .list(Some(&weir_storage::keys::meta_snapshot_prefix()))
+                    .filter_map(|meta| async move { meta.ok().map(|m| m.location) })
+                    .collect()
+                    .await;
+                for key in snapshots {
+                    let _ = self.log_bucket.raw.delete(&key).await;
+                }
+                let _ = self
+                    .log_bucket
+                    .raw
+                    .delete(&weir_storage::keys::meta_log(2))
+                    .await;
+                self.event("sabotage: truncated the log");
+            }
+            Sabotage::ForgeCoveredSlot => self.forge_covered_slot().await,
+        }
+    }
+
+    /// Stops the serving agent and starts the first of two overlapping recoveries;
+    /// [`World::overlap_second`] starts the second once the first has claimed its epoch (a claim
+    /// is a LIST and a PUT).
+    pub(super) fn start_overlap(&mut self) {
+        self.report.overlapping_recoveries += 1;
+        // The agent serving so far stops, so the two recoveries race only each other.
+        let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+        for index in live {
+            self.halt(index);
+        }
+        let faults = Arc::new(BucketFaults::new(
+            self.scenario.ambiguous_rate,
+            self.fault_rng.u64(..),
+        ));
+        faults.slow_ms.store(OVERLAP_SLOW_MS, Ordering::SeqCst);
+        let first = self.start_open_with(faults.clone());
+        self.event(&format!("overlapping recoveries: {first} opens slowly"));
+        let claimed = Duration::from_millis(2 * OVERLAP_SLOW_MS + 150);
+        self.overlap = Some(Overlap {
+            first,
+            first_faults: faults,
+            second_at: Some(tokio::time::Instant::now() + claimed),
+            second: None,
+        });
+    }
+
+    pub(super) fn overlap_second(&mut self) {
+        let due = self
+            .overlap
+            .as_ref()
+            .and_then(|overlap| overlap.second_at)
+            .is_some_and(|at| tokio::time::Instant::now() >= at);
+        if due {
+            let second = self.start_open();
+            self.event(&format!("overlapping recoveries: {second} opens"));
+            if let Some(overlap) = &mut self.overlap {
+                overlap.second_at = None;
+                overlap.second = Some(second);
+            }
+        }
+    }
+
+    /// An agent finished opening: the second of two overlapping recoveries lets the first run
+    /// at normal speed; the first (if it opened) stops every other agent.
+    pub(super) fn overlap_opened(&mut self, number: u32, opened: bool) {
+        let Some(overlap) = &self.overlap else {
+            return;
+        };
+        if overlap.second == Some(number) {
+            overlap.first_faults.slow_ms.store(0, Ordering::SeqCst);
+        }
+        if overlap.first != number {
+            return;
+        }
+        overlap.first_faults.slow_ms.store(0, Ordering::SeqCst);
+        // Opened before the second even started: just a slow open, nothing overlapped.
+        let overlapped = overlap.second_at.is_none();
+        self.overlap = None;
+        if opened && overlapped {
+            self.event("overlapping recoveries: the others stop");
+            let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+            for index in live {
+                self.halt(index);
+            }
+        }
+    }
+
+    pub(super) async fn forge_covered_slot(&mut self) {
+        let snapshots: Vec<u64> = self
+            .log_bucket
+            .raw
+            .list(Some(&weir_storage::keys::meta_snapshot_prefix()))
+            .filter_map(|meta| async move {
+                meta.ok()
+                    .and_then(|m| weir_storage::keys::parse_seq_key(&m.location))
+            })
+            .collect()
+            .await;
+        let Some(seq) = snapshots.into_iter().max() else {
+            return;
+        };
+        let key = weir_storage::keys::meta_log(seq);
+        let Ok(found) = self.log_bucket.raw.get(&key).await else {
+            return;
+        };
+        let Ok(bytes) = found.bytes().await else {
+            return;
+        };
+        let Ok(envelope) = weir_format::decode_envelope(&bytes) else {
+            return;
+        };
+        let Ok(mut record) =
+            serde_json::from_slice::<weir_control::log::LogRecord>(envelope.payload)
+        else {
+            return;
+        };
+        record.entries.push(Entry::CreateTopic {
+            name: "forged".into(),
+            topic_id: TopicId([0x5a; 16]),
+            partitions: 1,
+            configs: BTreeMap::new(),
+        });
+        let forged = weir_control::log::LogStore::encode_record(envelope.epoch, seq, &record);
+        let _ = self.log_bucket.raw.put(&key, forged.into()).await;
+        self.event(&format!("sabotage: forged {key}"));
+    }
+
+    /// Ends every fault: buckets up and fast, and one fresh agent instead of whatever survived.
+    /// (A writer deposed while idle keeps serving its last view until it next writes — there is
+    /// no lease yet — so a survivor of a takeover may be stale; a restart is what an operator
+    /// does, and what the convergence check then measures.)
+    pub(super) fn heal(&mut self) {
+        for bucket in self.buckets.iter().chain(std::iter::once(&self.log_bucket)) {
+            bucket.model.set_outage(false);
+            bucket.faults.slow_ms.store(0, Ordering::SeqCst);
+        }
+        let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+        for index in live {
+            self.halt(index);
+        }
+        self.event("healed");
+    }
+
+    /// kill -9: the incarnation's storage calls stop returning; its clients lose their
+    /// connection and write off everything in flight.
+    pub(super) fn halt(&mut self, index: usize) {
+        self.incarnations[index]
+            .halted
+            .store(true, Ordering::SeqCst);
+        let number = self.incarnations[index].number;
+        self.event(&format!("halt incarnation {number}"));
+        self.requests
+            .retain(|_, request| request.incarnation != index);
+        for client in &mut self.clients {
+            if client.attached == Some(index) {
+                for batch in client.connection_lost() {
+                    if !client.failed(batch) {
+                        self.report.plain_unacked += 1;
+                    }
+                }
+            }
+        }
+        self.producer_pending.retain(|_, asked| *asked != index);
+    }
+}
