@@ -1,6 +1,10 @@
 //! Fetch response memory: responses that clients do not read stay within the agent-wide budget
 //! (plus one first batch each), every fetch still returns at least one batch, and a response's
 //! memory is returned once the connection has written it.
+//!
+//! Tests that wait for time to pass run on Tokio's paused clock (`start_paused`): the clock moves
+//! only when every task is blocked, so a sleep there means "once the agent has done everything
+//! it can", and timeouts fire in a fixed order, whatever the machine's speed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -193,7 +197,7 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
     assert!(records_in(frame) > batch, "the whole budget is free again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
     let (broker, _) = broker_with_data(256 * 1024, SMALL_BATCH_RECORDS, 4).await;
     let hw = 4 * i64::from(SMALL_BATCH_RECORDS);
@@ -202,7 +206,9 @@ async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
         context(1),
         fetch_request(hw, i32::MAX).with_max_wait_ms(200),
     ));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Paused clock: this returns once the fetch is parked in its long poll, 100 ms into 200.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!polling.is_finished(), "the fetch did not wait for data");
     assert_eq!(broker.fetch_memory.used(), 0);
     let frame = polling.await.unwrap().unwrap();
     assert_eq!(records_in(frame), 0);
@@ -243,12 +249,21 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Request memory (`kafka.max_inflight_request_bytes`) held by frames read but not yet handled.
+fn request_memory_in_use(broker: &Broker) -> usize {
+    broker.memory_capacity - broker.memory.available_permits()
+}
+
+#[tokio::test(start_paused = true)]
 async fn test_connection_holds_response_memory_until_the_client_reads() {
     // Responses larger than what the kernel's socket buffers absorb (up to 4 MiB on loopback):
-    // 512 KiB batches, 48 of them, and an 16 MiB budget, so a response is up to 8 MiB.
-    let budget = 16 * 1024 * 1024;
-    let (broker, batch) = broker_with_data(budget, 64 * 1024, 48).await;
+    // 512 KiB batches, 48 of them (24 MiB), and a 64 MiB budget, so one response holds the whole
+    // partition and two would still fit the budget: only one fetch at a time per connection
+    // keeps the second one from being built.
+    let budget = 64 * 1024 * 1024;
+    let batches = 48;
+    let (broker, batch) = broker_with_data(budget, 64 * 1024, batches).await;
+    let partition = batches * batch;
     let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
     let addr = server.local_addr().unwrap();
     let (stop, stop_rx) = watch::channel(false);
@@ -265,10 +280,20 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
         broker.fetch_memory.used() > 0
     })
     .await;
-    // Its second fetch waits for the first response to be written: one response is charged.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Its second fetch has been read (its frame holds request memory) and waits for the first
+    // response to be written. On the paused clock the sleep returns only once the agent has
+    // done all it can: had the second fetch gone ahead, its frame's memory would be released
+    // and a second whole-partition response charged by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        request_memory_in_use(&broker) > 0,
+        "the second fetch was handled while the first response was unread"
+    );
     let pinned = broker.fetch_memory.used();
-    assert!(pinned > 2 * batch && pinned <= budget, "{pinned}");
+    assert!(
+        pinned >= partition && pinned < 2 * partition,
+        "{pinned} bytes charged for one response of a {partition}-byte partition"
+    );
 
     // Another client is served meanwhile, with what is left of the budget (or one batch).
     let mut client = TcpStream::connect(addr).await.unwrap();
@@ -286,8 +311,8 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
     // Once the slow client reads, both of its responses are written and their memory returned.
     let first = read_response(&mut slow).await;
     let second = read_response(&mut slow).await;
-    assert!(records_in(first) >= batch);
-    assert!(records_in(second) >= batch);
+    assert_eq!(records_in(first), partition);
+    assert_eq!(records_in(second), partition);
     wait_for("the written responses' memory", || {
         broker.fetch_memory.used() == 0
     })
@@ -299,8 +324,10 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
 }
 
 /// `connections_max_idle`: a connection that sends nothing is closed, and so is one whose client
-/// stops reading a response — which returns the response memory it pinned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// stops reading a response — which returns the response memory it pinned. A client that sends
+/// a request every half idle period is never closed. Paused clock: the idle timeouts and the
+/// client's pauses happen in simulated time, in a fixed order.
+#[tokio::test(start_paused = true)]
 async fn test_idle_and_unread_connections_are_closed() {
     let budget = 16 * 1024 * 1024;
     let idle = Duration::from_millis(300);
@@ -310,13 +337,20 @@ async fn test_idle_and_unread_connections_are_closed() {
     let (stop, stop_rx) = watch::channel(false);
     let serving = tokio::spawn(server.run(stop_rx));
 
-    // Sends nothing: the agent closes it (the read sees end of stream).
+    // Sends nothing: the agent closes it (the read sees end of stream) after the idle period,
+    // not before.
     let mut quiet = TcpStream::connect(addr).await.unwrap();
+    let opened = tokio::time::Instant::now();
     let mut byte = [0u8; 1];
     let read = tokio::time::timeout(WAIT, quiet.read(&mut byte))
         .await
         .expect("an idle connection was not closed");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        opened.elapsed() >= idle,
+        "closed after {:?}",
+        opened.elapsed()
+    );
 
     // Asks for a response larger than the socket buffers and never reads it.
     let socket = TcpSocket::new_v4().unwrap();
@@ -335,14 +369,15 @@ async fn test_idle_and_unread_connections_are_closed() {
     })
     .await;
 
-    // A client that keeps talking is not affected.
+    // A client that keeps talking is not affected: six requests half an idle period apart span
+    // three idle periods.
     let mut client = TcpStream::connect(addr).await.unwrap();
-    for i in 0..3 {
+    for i in 0..6 {
         client
             .write_all(&encode_fetch(10 + i, &fetch_request(0, 1024)))
             .await
             .unwrap();
-        let _ = read_response(&mut client).await;
+        assert!(records_in(read_response(&mut client).await) > 0);
         tokio::time::sleep(idle / 2).await;
     }
 
