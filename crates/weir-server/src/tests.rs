@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{
     encode_request_header_into_buffer, Decodable, Encodable, HeaderVersion, StrBytes,
@@ -32,7 +34,7 @@ use weir_produce::{
 use weir_protocol::batch::{build_test_batch, split_and_validate};
 use weir_storage::{QuorumWriter, ReadCache};
 
-use crate::dispatch::RequestContext;
+use crate::dispatch::{dispatch, Dispatched, RequestContext};
 use crate::handlers::fetch;
 use crate::{Broker, BrokerSettings, Server};
 
@@ -384,4 +386,64 @@ async fn test_idle_and_unread_connections_are_closed() {
     stop.send(true).unwrap();
     drop((quiet, stuck, client));
     serving.await.unwrap();
+}
+
+/// One request through `dispatch` (as a connection would hand it over); returns the response
+/// body after the length prefix, correlation id and (flexible versions) header tags.
+async fn roundtrip<R: Encodable>(
+    broker: &Arc<Broker>,
+    key: ApiKey,
+    version: i16,
+    request: &R,
+    response_header_version: i16,
+) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(5)
+        .with_client_id(Some(StrBytes::from_static_str("weir-test")));
+    let mut frame = BytesMut::new();
+    encode_request_header_into_buffer(&mut frame, &header).unwrap();
+    request.encode(&mut frame, version).unwrap();
+    let peer = "127.0.0.1:1".parse().unwrap();
+    let Dispatched::Respond(work) = dispatch(broker, frame.freeze(), peer).await else {
+        panic!("{key:?} v{version}: the connection was closed");
+    };
+    let mut response = work.await.expect("a response");
+    response.advance(4);
+    assert_eq!(response.get_i32(), 5, "correlation id");
+    if response_header_version >= 1 {
+        response.advance(1); // no tagged fields
+    }
+    response
+}
+
+/// docs/compatibility.md: "agent shutting down → NOT_LEADER_OR_FOLLOWER (6)". Once the control
+/// plane has shut down (the last step of a graceful stop), a produce and an InitProducerId are
+/// answered with 6, retriable for clients, rather than a generic error or no answer.
+#[tokio::test(start_paused = true)]
+async fn test_produce_and_init_producer_id_while_shutting_down() {
+    let (broker, _) = broker_with_data(1024 * 1024, 2, 1).await;
+    broker.control.shutdown().await;
+
+    let records = build_test_batch(2, 1_000, (-1, -1, -1));
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let mut body = roundtrip(&broker, ApiKey::Produce, 8, &request, 0).await;
+    let response = ProduceResponse::decode(&mut body, 8).unwrap();
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 6, "{response:?}");
+
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let mut body = roundtrip(&broker, ApiKey::InitProducerId, 1, &request, 0).await;
+    let response = InitProducerIdResponse::decode(&mut body, 1).unwrap();
+    assert_eq!(response.error_code, 6, "{response:?}");
 }
