@@ -2,7 +2,7 @@
 CARGO_TARGET_DIR ?= /var/tmp/weir-target
 export CARGO_TARGET_DIR
 
-.PHONY: run build test test-unit test-e2e sim lint fmt fuzz-smoke
+.PHONY: run build test test-unit test-e2e sim lint fmt fuzz-smoke mutants
 
 # More simulation seeds than `make test` runs: make sim SEEDS=1000 START=40
 SEEDS ?= 200
@@ -44,3 +44,8 @@ fmt:
 FUZZ_SECONDS ?= 10
 fuzz-smoke:
 	tests/fuzz_smoke.sh $(FUZZ_SECONDS)
+
+# Deliberately broken builds (tests/mutants/run.sh): each mutation must make weir-sim seeds fail.
+# Outside CI: one release rebuild per mutation. make mutants SEEDS=30 START=0
+mutants:
+	tests/mutants/run.sh $(SEEDS) $(START)
