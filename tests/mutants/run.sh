@@ -27,6 +27,22 @@ wanted=("$@")
 mkdir -p "$root"
 summary=()
 status=0
+
+# The unmutated tree first: its seeds must all pass, or a mutant's failures prove nothing.
+if [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " =~ " baseline " ]]; then
+    tree="$root/baseline"
+    rm -rf "$tree" && mkdir -p "$tree"
+    git archive HEAD | tar -x -C "$tree"
+    echo "== baseline: the committed tree, unmutated"
+    (cd "$tree" && cargo build -q --release -p weir-sim)
+    if "$CARGO_TARGET_DIR/release/weir-sim" --start "$start" --seeds "$seeds" >"$root/baseline.out" 2>&1; then
+        summary+=("baseline: $(tail -n 1 "$root/baseline.out")")
+    else
+        summary+=("baseline FAILED: $(tail -n 1 "$root/baseline.out")")
+        status=1
+    fi
+    echo "   $(tail -n 1 "$root/baseline.out")"
+fi
 for spec in "${MUTATIONS[@]}"; do
     IFS='|' read -r name file subst what <<<"$spec"
     if [ ${#wanted[@]} -gt 0 ] && [[ ! " ${wanted[*]} " =~ " $name " ]]; then continue; fi
