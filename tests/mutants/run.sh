@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Deliberately broken builds: each named mutation is applied to a scratch copy of the committed
 # tree (git archive HEAD), weir-sim is built (release) and run over a seed range, and the mutation
-# counts as caught when at least one seed fails. A mutation that no longer applies (the code it
-# targets changed) is an error, not a pass.
+# counts as caught when at least one seed fails. Exits non-zero when the unmutated tree fails a
+# seed, a mutation is not caught, or a mutation no longer applies (the code it targets changed).
 #
 #   tests/mutants/run.sh [SEEDS] [START] [NAME...]      (make mutants SEEDS=30)
 #
@@ -60,12 +60,15 @@ for spec in "${MUTATIONS[@]}"; do
     echo "== $name: $what"
     (cd "$tree" && cargo build -q --release -p weir-sim)
     out="$root/$name.out"
-    set +e
-    "$CARGO_TARGET_DIR/release/weir-sim" --start "$start" --seeds "$seeds" >"$out" 2>&1
-    set -e
+    if "$CARGO_TARGET_DIR/release/weir-sim" --start "$start" --seeds "$seeds" >"$out" 2>&1; then
+        verdict="NOT CAUGHT"
+        status=1
+    else
+        verdict="caught"
+    fi
     line=$(tail -n 1 "$out")
-    echo "   $line"
-    summary+=("$name: $line")
+    echo "   $verdict: $line"
+    summary+=("$name $verdict: $line")
 done
 echo
 echo "mutants (seeds $start..$((start + seeds - 1))):"
