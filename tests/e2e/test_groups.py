@@ -382,3 +382,31 @@ def test_live_group_rejoins_after_agent_crash(agent, members):
     produced |= set(produce_round(agent.bootstrap, topic, n_partitions, 80, "after"))
     wait_consumed(live, produced)
     assert_never_held_twice(live)
+
+
+def test_never_held_twice_check_catches_an_overlap(tmp_path):
+    """The check itself, on recorded events (no agent): a partition handed to a member before
+    its previous holder revoked it, or while a killed holder was still alive, is reported;
+    a clean hand-over is not."""
+    def member(name, events, dead_at=None):
+        m = Member(tmp_path, name)
+        m.out.write_text("".join(json.dumps(e) + "\n" for e in events))
+        m.dead_at = dead_at
+        return m
+
+    a = member("a", [{"ev": "assign", "parts": [0, 1], "t": 1.0},
+                     {"ev": "revoke", "parts": [0, 1], "t": 5.0},
+                     {"ev": "assign", "parts": [0], "t": 6.0}])
+    b = member("b", [{"ev": "assign", "parts": [1], "t": 6.0}])
+    assert assert_never_held_twice([a, b]) == 4
+    early = member("c", [{"ev": "assign", "parts": [1], "t": 4.0}])
+    with pytest.raises(AssertionError, match="partition 1 held by"):
+        assert_never_held_twice([a, early])
+    killed = member("k", [{"ev": "assign", "parts": [2], "t": 1.0}], dead_at=9.0)
+    successor = member("s", [{"ev": "assign", "parts": [2], "t": 8.0}])
+    with pytest.raises(AssertionError, match="partition 2 held by"):
+        assert_never_held_twice([killed, successor])
+    closed = member("x", [{"ev": "assign", "parts": [3], "t": 1.0},
+                          {"ev": "closing", "t": 2.0}])
+    after = member("y", [{"ev": "assign", "parts": [3], "t": 3.0}])
+    assert assert_never_held_twice([closed, after]) == 2
