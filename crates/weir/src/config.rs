@@ -76,6 +76,25 @@ pub(crate) struct ProduceConfig {
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
     pub(crate) upload_attempts: u32,
+    pub(crate) validation: Validation,
+    pub(crate) max_decompressed_bytes: usize,
+}
+
+/// `produce.validation`: how much of each produced batch the agent decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Validation {
+    Framing,
+    Full,
+}
+
+impl From<Validation> for weir_server::ProduceValidation {
+    fn from(value: Validation) -> Self {
+        match value {
+            Validation::Framing => Self::Framing,
+            Validation::Full => Self::Full,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
