@@ -9,7 +9,7 @@
 
 use super::IndexEntry;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TimeIndex {
     /// `running_max[i]` = max of `max_timestamp` over index entries `0..=i`.
     running_max: Vec<i64>,
