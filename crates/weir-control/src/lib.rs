@@ -21,4 +21,4 @@ pub mod state;
 pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
-pub use state::{CommittedOffset, IndexEntry, PartitionState, State, Topic};
+pub use state::{CommittedOffset, IndexEntry, PartitionState, State, TimeIndex, Topic};

@@ -10,6 +10,7 @@ use weir_fetch::FetchReader;
 use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
 use weir_produce::ProducePipeline;
 
+use crate::handlers::record_checks::ProduceValidation;
 use crate::memory::ResponseBudget;
 use crate::request_memory::RequestMemory;
 
@@ -47,6 +48,10 @@ pub struct BrokerSettings {
     pub max_fetch_wait: Duration,
     /// Consumer group coordinator limits (session timeout bounds, group size).
     pub groups: GroupSettings,
+    /// How much of each produced batch is decoded (`produce.validation`).
+    pub produce_validation: ProduceValidation,
+    /// Largest decompressed records section of one batch (decompression-bomb bound).
+    pub max_decompressed_bytes: usize,
 }
 
 impl Default for BrokerSettings {
@@ -69,6 +74,8 @@ impl Default for BrokerSettings {
             max_fetch_bytes: 64 * 1024 * 1024,
             max_fetch_wait: Duration::from_secs(30),
             groups: GroupSettings::default(),
+            produce_validation: ProduceValidation::default(),
+            max_decompressed_bytes: 32 * 1024 * 1024,
         }
     }
 }

@@ -17,4 +17,5 @@ mod server;
 mod tests;
 
 pub use broker::{Broker, BrokerSettings};
+pub use handlers::record_checks::ProduceValidation;
 pub use server::Server;

@@ -96,9 +96,12 @@ async fn test_produce_acks_zero_no_response_but_committed() {
     let agent = Agent::start_default().await;
     agent.create_topic("fire", 1).await;
     let mut client = agent.connect().await;
-    client
-        .send(PRODUCE_VERSION, &produce("fire", 0, records(&[2, 3]), 0))
-        .await;
+    // Produce v3+ carries one batch per partition: two requests, both fire-and-forget.
+    for count in [2, 3] {
+        client
+            .send(PRODUCE_VERSION, &produce("fire", 0, records(&[count]), 0))
+            .await;
+    }
     let fetch_correlation = client
         .send(FETCH_VERSION, &fetch("fire", 0, 0, 30_000))
         .await;
@@ -170,7 +173,7 @@ async fn test_fetch_long_poll_woken_by_commit_not_deadline() {
 
     let mut producer = agent.connect().await;
     let response = producer
-        .call(PRODUCE_VERSION, &produce("wake", 0, records(&[1, 1]), 1))
+        .call(PRODUCE_VERSION, &produce("wake", 0, records(&[2]), 1))
         .await;
     assert_eq!(produce_result(&response), (0, 0));
     // `recv` panics after the hang guard, far below the fetch's own wait.

@@ -243,6 +243,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         max_fetch_bytes: config.kafka.max_fetch_bytes,
         max_fetch_wait: config.kafka.max_fetch_wait,
         groups: config.groups.settings(),
+        produce_validation: config.produce.validation.into(),
+        max_decompressed_bytes: config.produce.max_decompressed_bytes,
     };
     let broker = Arc::new(Broker::new(
         settings,

@@ -80,6 +80,25 @@ pub(crate) struct ProduceConfig {
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
     pub(crate) upload_attempts: u32,
+    pub(crate) validation: Validation,
+    pub(crate) max_decompressed_bytes: usize,
+}
+
+/// `produce.validation`: how much of each produced batch the agent decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Validation {
+    Framing,
+    Full,
+}
+
+impl From<Validation> for weir_server::ProduceValidation {
+    fn from(value: Validation) -> Self {
+        match value {
+            Validation::Framing => Self::Framing,
+            Validation::Full => Self::Full,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -228,6 +247,12 @@ impl Config {
         }
         if self.kafka.num_partitions < 1 {
             bail!("kafka.num_partitions must be at least 1");
+        }
+        if self.produce.max_decompressed_bytes < 1024 * 1024 {
+            bail!(
+                "produce.max_decompressed_bytes must be at least 1 MiB: below that, ordinary \
+                 compressed batches are refused"
+            );
         }
         if self.kafka.max_frame_bytes < 1024 || self.kafka.max_frame_bytes > i32::MAX as usize {
             bail!("kafka.max_frame_bytes must be between 1 KiB and 2 GiB");
@@ -381,6 +406,18 @@ mod tests {
         let config = Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "1s")])).unwrap();
         assert_eq!(config.groups.settings().min_session_timeout_ms, 1_000);
         assert!(Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "2h")])).is_err());
+    }
+
+    #[test]
+    fn test_config_produce_validation() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        assert_eq!(config.produce.validation, Validation::Framing);
+        assert_eq!(config.produce.max_decompressed_bytes, 32 * 1024 * 1024);
+        let full = Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "full")])).unwrap();
+        assert_eq!(full.produce.validation, Validation::Full);
+        assert!(Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "some")])).is_err());
+        let tiny = env(&[("WEIR_PRODUCE_MAX_DECOMPRESSED_BYTES", "1000")]);
+        assert!(Config::load(None, tiny).is_err());
     }
 
     #[test]
