@@ -202,3 +202,51 @@ impl GroupCoordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use weir_common::ManualClock;
+
+    use super::*;
+
+    /// `then` (which sequences an OffsetCommit) runs before any other coordinator call can act:
+    /// a LeaveGroup (or a rebalance) issued meanwhile completes only after it. Before, validation
+    /// released the lock and the commit was sequenced later, so a rebalance could slip between.
+    #[tokio::test]
+    async fn test_service_commit_is_sequenced_before_a_concurrent_membership_change() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000));
+        let coordinator = GroupCoordinator::start(GroupSettings::default(), clock, 1);
+        let identity = CommitIdentity {
+            group_id: "g".into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        };
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let result = coordinator.validate_commit_then(&identity, || {
+            let other = coordinator.clone();
+            let log = events.clone();
+            let leaving = std::thread::spawn(move || {
+                let member = LeavingMember {
+                    member_id: "m".into(),
+                    group_instance_id: None,
+                };
+                let _ = other.leave("g", &[member]);
+                log.lock().unwrap().push("membership changed");
+            });
+            // Room for the other call to overtake, were the lock not held.
+            std::thread::sleep(Duration::from_millis(50));
+            events.lock().unwrap().push("commit sequenced");
+            leaving
+        });
+        let leaving = result.expect("a simple commit to an unknown group is valid");
+        leaving.join().unwrap();
+        assert_eq!(
+            *events.lock().unwrap(),
+            vec!["commit sequenced", "membership changed"]
+        );
+    }
+}

@@ -273,7 +273,7 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 
 /// Request memory (`kafka.max_inflight_request_bytes`) held by frames read but not yet handled.
 fn request_memory_in_use(broker: &Broker) -> usize {
-    broker.memory_capacity - broker.memory.available_permits()
+    broker.request_memory.used()
 }
 
 #[tokio::test(start_paused = true)]
