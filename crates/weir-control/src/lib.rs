@@ -20,5 +20,5 @@ pub mod state;
 
 pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 pub use error::ControlError;
-pub use plane::{ControlPlane, ControlPlaneSettings};
+pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
 pub use state::{CommittedOffset, IndexEntry, PartitionState, State, TimeIndex, Topic};

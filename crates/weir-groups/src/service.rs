@@ -138,6 +138,19 @@ impl GroupCoordinator {
         self.lock().core.validate_commit(identity)
     }
 
+    /// Validates a commit and, if it is valid, runs `then` before any rebalance can end the
+    /// generation it was validated against: `then` sequences the commit, so a zombie's commit
+    /// either lands before the new generation's commits or is refused.
+    pub fn validate_commit_then<T>(
+        &self,
+        identity: &CommitIdentity,
+        then: impl FnOnce() -> T,
+    ) -> Result<T, GroupError> {
+        let mut inner = self.lock();
+        inner.core.validate_commit(identity)?;
+        Ok(then())
+    }
+
     pub fn list(&self) -> Vec<GroupListing> {
         self.lock().core.list()
     }

@@ -10,6 +10,8 @@ mod connection;
 mod dispatch;
 mod handlers;
 mod memory;
+mod order;
+mod request_memory;
 mod server;
 #[cfg(test)]
 mod tests;

@@ -200,6 +200,25 @@ async fn test_fetch_unknown_topic_answers_without_waiting() {
     assert_eq!(response.responses[0].partitions[0].error_code, 3);
 }
 
+/// `min_bytes = 0` answers at once, with no data, instead of long-polling for `max_wait_ms`
+/// (as in Kafka). The hang guard (60 s) is far below the hour the fetch may wait.
+#[tokio::test]
+async fn test_fetch_min_bytes_zero_answers_without_waiting() {
+    let settings = BrokerSettings {
+        max_fetch_wait: Duration::from_secs(3_600),
+        ..BrokerSettings::default()
+    };
+    let agent = Agent::start(settings, ProduceSettings::default()).await;
+    agent.create_topic("empty", 1).await;
+    let mut client = agent.connect().await;
+    let request = fetch("empty", 0, 0, i32::MAX).with_min_bytes(0);
+    let response = client.call(FETCH_VERSION, &request).await;
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    assert_eq!(partition.high_watermark, 0);
+    assert!(partition.records.as_ref().is_none_or(|r| r.is_empty()));
+}
+
 /// Fetches pipelined on one connection are served one at a time (the next waits for the previous
 /// response to be written) and requests behind them still answer, in order.
 #[tokio::test]

@@ -45,6 +45,8 @@ pub(crate) struct KafkaConfig {
     pub(crate) max_inflight_fetch_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) connections_max_idle: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) request_read_timeout: Duration,
     pub(crate) max_fetch_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) max_fetch_wait: Duration,
@@ -66,6 +68,8 @@ pub(crate) struct StorageConfig {
     pub(crate) max_lagging_bytes_per_bucket: u64,
     #[serde(with = "humantime_serde")]
     pub(crate) read_hedge_after: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) request_timeout: Duration,
     pub(crate) cache_bytes: usize,
 }
 
@@ -226,6 +230,12 @@ impl Config {
                 "storage.down_buckets names bucket 0, which holds the metadata log; \
                  set storage.metadata_bucket to keep the log elsewhere"
             );
+        }
+        if self.storage.request_timeout.is_zero() {
+            bail!("storage.request_timeout must be positive");
+        }
+        if self.kafka.request_read_timeout.is_zero() {
+            bail!("kafka.request_read_timeout must be positive");
         }
         if self.kafka.connections_max_idle <= self.kafka.max_fetch_wait {
             bail!(
