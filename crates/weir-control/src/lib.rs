@@ -5,6 +5,7 @@
 //!   `apply(entry) -> result`.
 //! * [`entry`] — what the log records (requests, not results) and what applying them returns.
 //! * [`log`] — create-only sequenced log objects, epochs, snapshots and recovery by replay.
+//! * [`summary`] — topic names, ids and partition counts without partition contents (Metadata).
 //! * [`plane`] — the in-process [`ControlPlane`] handle: a single actor sequences entries,
 //!   group-commits them with several log writes in flight, and answers each caller once its
 //!   entry and every entry before it are durable (DUR-1, CTL-1).
@@ -17,8 +18,10 @@ pub mod error;
 pub mod log;
 pub mod plane;
 pub mod state;
+pub mod summary;
 
 pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
 pub use state::{CommittedOffset, IndexEntry, PartitionState, State, TimeIndex, Topic};
+pub use summary::TopicSummary;

@@ -44,8 +44,14 @@ pub enum LogError {
     },
     #[error("epoch {0} was claimed by another control plane")]
     EpochTaken(u64),
-    #[error("corrupt metadata object {key}: {reason}")]
-    Corrupt { key: String, reason: String },
+    /// A log slot that does not decode. Replay cannot skip it (the slots after it may depend on
+    /// it), so recovery stops and the operator decides.
+    #[error(
+        "metadata log slot {key} is corrupt ({reason}); refusing to recover past it: restore \
+         that object from a backup or an earlier object version of the metadata bucket. Deleting \
+         it instead makes the log end before it and loses every later slot"
+    )]
+    CorruptSlot { key: String, reason: String },
 }
 
 /// One log slot: the entries group-committed together.
@@ -90,6 +96,9 @@ pub struct Replayed {
     pub dead: u64,
     /// The first missing slot: where the next writer puts its `NewEpoch`.
     pub gap: u64,
+    /// The highest writer epoch among live records (and the snapshot): a recovering writer
+    /// whose claimed epoch is lower has been overtaken and must not write.
+    pub log_epoch: u64,
 }
 
 /// The result of recovery: the durable state and where the new writer continues.
@@ -216,7 +225,7 @@ impl LogStore {
         let Some(bytes) = self.get(&key).await? else {
             return Ok(None);
         };
-        let corrupt = |reason: String| LogError::Corrupt {
+        let corrupt = |reason: String| LogError::CorruptSlot {
             key: key.to_string(),
             reason,
         };
@@ -279,12 +288,22 @@ impl LogStore {
             let decoded = decode_envelope(&bytes)
                 .map_err(|err| err.to_string())
                 .and_then(|env| {
+                    if env.kind != EnvelopeKind::Snapshot || env.seq != seq {
+                        return Err(format!(
+                            "envelope says {:?} of slot {}, key says snapshot of slot {seq}",
+                            env.kind, env.seq
+                        ));
+                    }
                     serde_json::from_slice::<SnapshotBody>(env.payload)
                         .map_err(|err| err.to_string())
                 });
             match decoded {
                 Ok(body) => return Ok(Some((seq, body.state))),
-                Err(reason) => warn!(seq, %reason, "skipping unreadable snapshot"),
+                Err(reason) => warn!(
+                    key = %key,
+                    %reason,
+                    "skipping unreadable snapshot, falling back to an older one or the log"
+                ),
             }
         }
         Ok(None)
@@ -322,23 +341,43 @@ impl LogStore {
             replayed,
             dead,
             gap: seq,
+            log_epoch,
         })
     }
 
     /// Recovers the durable state and takes over as writer with a fresh epoch.
+    ///
+    /// Fails with [`LogError::EpochTaken`] when another writer overtook this one between the
+    /// claim and the `NewEpoch` write: its replay passed a record of a higher epoch (a writer
+    /// that claimed later but wrote first; a `NewEpoch` of ours after it would be dead to every
+    /// later replay), or a slot it must fill holds a higher epoch. The caller claims again.
     pub async fn recover(
         &self,
         address: &str,
         new_cluster_id: &str,
     ) -> Result<Recovered, LogError> {
         let epoch = self.claim_epoch(address).await?;
+        self.take_over(epoch, new_cluster_id).await
+    }
+
+    /// The part of recovery after the claim of `epoch`: replay, then the `NewEpoch` record and
+    /// hole fillers. Other writers may claim and write meanwhile (tests interleave them here).
+    async fn take_over(&self, epoch: u64, new_cluster_id: &str) -> Result<Recovered, LogError> {
         let Replayed {
             mut state,
             snapshot_seq,
             replayed,
             gap,
+            log_epoch,
             ..
         } = self.replay().await?;
+        if log_epoch > epoch {
+            warn!(
+                epoch,
+                log_epoch, "a later writer wrote before our new epoch; claiming again"
+            );
+            return Err(LogError::EpochTaken(epoch));
+        }
         let cluster_id = if state.cluster_id.is_empty() {
             new_cluster_id.to_string()
         } else {
@@ -393,7 +432,17 @@ impl LogStore {
                 .write_slot(seq, epoch, Self::encode_record(epoch, seq, &filler))
                 .await
             {
-                Ok(()) | Err(LogError::SlotLost { .. }) => {}
+                // A deposed writer's late slot: dead to replay after our NewEpoch, as a filler.
+                Ok(()) => {}
+                Err(LogError::SlotLost { found_epoch, .. }) if found_epoch < epoch => {}
+                // A later writer took over while we filled: we are deposed before serving.
+                Err(LogError::SlotLost { found_epoch, .. }) if found_epoch > epoch => {
+                    warn!(
+                        seq,
+                        epoch, found_epoch, "a later writer took a hole we were filling"
+                    );
+                    return Err(LogError::EpochTaken(epoch));
+                }
                 Err(other) => return Err(other),
             }
         }

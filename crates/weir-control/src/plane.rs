@@ -2,8 +2,14 @@
 //! group-commits them into log slots with several writes in flight, and answers callers strictly
 //! in slot order once each slot and all before it are durable.
 //!
-//! Readers (metadata, fetch) read the shared [`State`] directly; consumers only ever see
-//! `stable_high_watermark`, which moves when a slot becomes durable.
+//! The writer keeps two states. It applies entries to its private *working* state when it seals
+//! a slot (callers need the results, and later entries depend on earlier ones), and applies the
+//! same entries to the shared *readable* state only once the slot is durable, in slot order.
+//! Readers ([`ControlPlane::read`]: metadata, fetch, offset fetch, configs, the committer's chain
+//! tip) therefore only ever see durable facts: an entry whose slot write fails never becomes
+//! visible, and recovery never has to take back what readers saw. In the readable state every
+//! partition's `stable_high_watermark` equals its `high_watermark`. The cost is a second copy of
+//! the state in memory (see `docs/architecture.md`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, RwLock};
@@ -92,15 +98,16 @@ impl ControlPlane {
         let log = LogStore::new(store, settings.write_attempts);
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
-        let recovered = log.recover(&settings.address, &cluster_id).await?;
+        let recovered = recover_claiming_again(&log, &settings.address, &cluster_id).await?;
         let durable = recovered.next_seq - 1;
         let (durable_tx, durable_rx) = watch::channel(durable);
         let (available_tx, available_rx) = watch::channel(true);
         let state = Arc::new(RwLock::new(State::default()));
         let (commands_tx, commands_rx) = mpsc::channel(4096);
-        let writer = Writer {
+        let mut writer = Writer {
             log,
             settings,
+            working: State::default(),
             state: state.clone(),
             durable_tx,
             available_tx,
@@ -149,7 +156,8 @@ impl ControlPlane {
         Ok(Reservation { permit })
     }
 
-    /// Reads the current state. Never hold the closure across an await.
+    /// Reads the durable state: every entry whose slot is durable and none other. Never hold the
+    /// closure across an await.
     pub fn read<R>(&self, reader: impl FnOnce(&State) -> R) -> R {
         let guard = self
             .state
@@ -164,9 +172,11 @@ impl ControlPlane {
     }
 
     /// `true` while the writer serves from a recovered state; `false` from a log failure until
-    /// recovery has installed the durable state again. Meanwhile the state [`Self::read`] shows
-    /// may hold entries that failed (they were applied before their slot write failed), so a
-    /// reader that must see only durable facts (the committer's chain tip) waits for `true`.
+    /// recovery has installed the durable state again. It turns `false` before any caller of
+    /// the failed slot is answered. While it is `false`, [`Self::read`] shows the durable prefix
+    /// the writer knew of, but a failed write may still have landed (an ambiguous PUT), which
+    /// only recovery finds out: a reader that must see the log's last word (the committer's
+    /// chain tip) waits for `true`.
     pub fn availability(&self) -> watch::Receiver<bool> {
         self.available.clone()
     }
@@ -219,6 +229,31 @@ impl Reservation<'_> {
     }
 }
 
+/// How often opening claims a new epoch after another writer overtook the previous claim.
+const OPEN_CLAIM_ATTEMPTS: u32 = 5;
+
+/// Recovery for a starting agent: when another writer overtakes our claim (a rolling restart
+/// starts the new agent before the old one stops, or two agents start together), claims again
+/// above it, a few times, before giving up.
+async fn recover_claiming_again(
+    log: &LogStore,
+    address: &str,
+    cluster_id: &str,
+) -> Result<Recovered, LogError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match log.recover(address, cluster_id).await {
+            Err(err @ (LogError::EpochTaken(_) | LogError::SlotLost { .. }))
+                if attempt < OPEN_CLAIM_ATTEMPTS =>
+            {
+                warn!(attempt, error = %err, "another writer overtook our claim, claiming again");
+            }
+            other => return other,
+        }
+    }
+}
+
 fn unexpected(result: EntryResult) -> ControlError {
     ControlError::Unavailable(format!("unexpected result {result:?}"))
 }
@@ -234,20 +269,20 @@ fn new_cluster_id(rng: &mut fastrand::Rng) -> String {
 /// A slot written or being written, with what to do once it is durable.
 struct PendingSlot {
     seq: u64,
+    /// The slot's entries, applied to the readable state once it is durable.
+    entries: Vec<Entry>,
     waiters: Vec<(
         oneshot::Sender<Result<EntryResult, ControlError>>,
         EntryResult,
     )>,
-    /// (topic id, partition, high watermark after this slot) to publish when durable.
-    publish: Vec<(TopicId, usize, i64)>,
-    /// The state after this slot, to snapshot once the slot is durable. Cloned under the lock
-    /// (a memory copy); serialised and written off the writer task.
-    snapshot: Option<Box<State>>,
 }
 
 struct Writer {
     log: LogStore,
     settings: ControlPlaneSettings,
+    /// The state with every sealed entry applied, durable or not: only the writer sees it.
+    working: State,
+    /// The state with every durable entry applied: what readers see.
     state: Arc<RwLock<State>>,
     durable_tx: watch::Sender<u64>,
     available_tx: watch::Sender<bool>,
@@ -260,23 +295,23 @@ struct WriterPosition {
 }
 
 impl Writer {
-    fn install(&self, recovered: Recovered) -> WriterPosition {
+    fn install(&mut self, recovered: Recovered) -> WriterPosition {
         let position = WriterPosition {
             epoch: recovered.epoch,
             next_seq: recovered.next_seq,
         };
+        self.working = recovered.state.clone();
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
         self.available_tx.send_replace(true);
         position
     }
 
-    async fn run(self, mut commands: mpsc::Receiver<Command>, mut position: WriterPosition) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut position: WriterPosition) {
         loop {
             match self.serve(&mut commands, &mut position).await {
                 Ok(()) => return,
                 Err(err) => {
-                    self.available_tx.send_replace(false);
                     error!(error = %err, "metadata log writer failed, recovering");
                     match self.recover_until_ok(&mut commands).await {
                         Some(recovered) => position = recovered,
@@ -295,7 +330,7 @@ impl Writer {
     /// fails at once with `Unavailable`, a retriable error for its client, instead of waiting
     /// without bound, and a shutdown request ends the writer (nothing can be written anyway).
     async fn recover_until_ok(
-        &self,
+        &mut self,
         commands: &mut mpsc::Receiver<Command>,
     ) -> Option<WriterPosition> {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
@@ -339,7 +374,7 @@ impl Writer {
 
     /// Serves commands until shutdown (`Ok`) or a log failure that requires recovery (`Err`).
     async fn serve(
-        &self,
+        &mut self,
         commands: &mut mpsc::Receiver<Command>,
         position: &mut WriterPosition,
     ) -> Result<(), LogError> {
@@ -354,6 +389,9 @@ impl Writer {
                 Some(written) = inflight.next(), if !inflight.is_empty() => {
                     let slot = pending.pop_front().expect("one pending slot per write");
                     if let Err(err) = written {
+                        // Unavailable before any caller hears of the failure: a caller that
+                        // reacts by reading the state (the committer) must wait for recovery.
+                        self.available_tx.send_replace(false);
                         fail_all(slot, &mut pending, &err);
                         return Err(err);
                     }
@@ -395,73 +433,53 @@ impl Writer {
         }
     }
 
-    /// Applies a batch of entries as the next slot and encodes the slot.
+    /// Applies a batch of entries to the working state as the next slot and encodes the slot.
     fn seal(
-        &self,
+        &mut self,
         batch: Vec<(Entry, oneshot::Sender<Result<EntryResult, ControlError>>)>,
         position: &mut WriterPosition,
     ) -> (PendingSlot, Bytes) {
         let seq = position.next_seq;
         position.next_seq += 1;
-        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         let mut waiters = Vec::with_capacity(batch.len());
-        let mut publish = Vec::new();
         let mut entries = Vec::with_capacity(batch.len());
         for (entry, reply) in batch {
-            let result = state.apply(&entry);
-            if let Entry::CommitFile(commit) = &entry {
-                for batch in &commit.batches {
-                    if let Some(partition) = state.partition(&batch.topic_id, batch.partition) {
-                        publish.push((
-                            batch.topic_id,
-                            batch.partition as usize,
-                            partition.high_watermark,
-                        ));
-                    }
-                }
-            }
-            waiters.push((reply, result));
+            waiters.push((reply, self.working.apply(&entry)));
             entries.push(entry);
         }
-        let snapshot =
-            (seq % self.settings.snapshot_every_slots.max(1) == 0).then(|| Box::new(state.clone()));
-        drop(state);
-        let bytes = LogStore::encode_record(position.epoch, seq, &LogRecord { entries });
-        (
-            PendingSlot {
-                seq,
-                waiters,
-                publish,
-                snapshot,
-            },
-            bytes,
-        )
+        let record = LogRecord { entries };
+        let bytes = LogStore::encode_record(position.epoch, seq, &record);
+        let slot = PendingSlot {
+            seq,
+            entries: record.entries,
+            waiters,
+        };
+        (slot, bytes)
     }
 
-    /// A slot is durable: publish its high watermarks and answer its callers.
+    /// A slot is durable: apply it to the readable state (its high watermarks become stable)
+    /// and answer its callers.
     fn complete(&self, slot: PendingSlot, epoch: u64) {
         weir_common::failpoint::hit(weir_common::failpoint::AFTER_LOG_WRITE_BEFORE_PUBLISH);
-        if !slot.publish.is_empty() {
+        let snapshot = {
             let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-            for (topic_id, partition, high_watermark) in &slot.publish {
-                let Some(name) = state.topic_by_id(topic_id).map(|topic| topic.name.clone()) else {
-                    continue;
-                };
-                if let Some(partition) = state
-                    .topics
-                    .get_mut(&name)
-                    .and_then(|topic| topic.partitions.get_mut(*partition))
-                {
-                    partition.stable_high_watermark =
-                        partition.stable_high_watermark.max(*high_watermark);
+            for (entry, (_, sealed)) in slot.entries.iter().zip(&slot.waiters) {
+                let result = state.apply(entry);
+                debug_assert_eq!(&result, sealed, "apply is deterministic");
+                if let Entry::CommitFile(commit) = entry {
+                    publish_high_watermarks(&mut state, commit);
                 }
             }
-        }
+            // The state after this slot, snapshotted once the slot is durable. Cloned under
+            // the lock (a memory copy); serialised and written off the writer task.
+            (slot.seq % self.settings.snapshot_every_slots.max(1) == 0)
+                .then(|| Box::new(state.clone()))
+        };
         self.durable_tx.send_replace(slot.seq);
         for (reply, result) in slot.waiters {
             let _ = reply.send(Ok(result));
         }
-        if let Some(snapshot) = slot.snapshot {
+        if let Some(snapshot) = snapshot {
             let log = self.log.clone();
             let seq = slot.seq;
             let inline = self.settings.encode_snapshots_inline;
@@ -495,6 +513,25 @@ impl Writer {
         match self.log.write_snapshot(seq, bytes).await {
             Ok(()) => info!(seq, "wrote shutdown snapshot"),
             Err(err) => warn!(seq, error = %err, "shutdown snapshot failed"),
+        }
+    }
+}
+
+/// Makes what a durable commit appended visible to consumers. In the readable state everything
+/// is durable, so the stable high watermark is the high watermark.
+fn publish_high_watermarks(state: &mut State, commit: &crate::entry::FileCommit) {
+    for batch in &commit.batches {
+        let Some(name) = state.topic_by_id(&batch.topic_id).map(|t| t.name.clone()) else {
+            continue;
+        };
+        let partition = usize::try_from(batch.partition).ok().and_then(|index| {
+            state
+                .topics
+                .get_mut(&name)
+                .and_then(|topic| topic.partitions.get_mut(index))
+        });
+        if let Some(partition) = partition {
+            partition.stable_high_watermark = partition.high_watermark;
         }
     }
 }

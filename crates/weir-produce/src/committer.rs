@@ -6,9 +6,11 @@
 //! commit whose predecessor is not the agent's last committed file. So when a commit fails (for
 //! instance a metadata-log write that failed and was rolled back by recovery), the commits queued
 //! behind it are rejected instead of overtaking it. The committer then waits for its in-flight
-//! commits to settle and for the control plane to have recovered (until then the state may still
-//! show the failed commit), reads the agent's last committed file, and continues the chain from
-//! there. Files that come up while the control plane is still recovering fail at once with its
+//! commits to settle and for the control plane to have recovered, reads the agent's last
+//! committed file, and continues the chain from there. The plane turns unavailable before it
+//! answers any caller of a failed log write, so a chain broken by one always waits for recovery:
+//! only recovery knows whether the failed write landed after all (an ambiguous PUT), and a tip
+//! read before it could be stale. Files that come up while the control plane is still recovering fail at once with its
 //! retriable `Unavailable`, as their commits would.
 
 use std::collections::BTreeMap;

@@ -395,8 +395,9 @@ async fn test_pipeline_does_not_resolve_before_upload_completes() {
     assert_eq!(partition_view(&h.control, topic, 0).1, 3);
 }
 
-/// DUR-1: a ticket does not resolve while its commit is applied but the metadata log write is
-/// still in flight; when it resolves, the stable high watermark covers it.
+/// DUR-1: a ticket does not resolve while its commit is sealed but the metadata log write is
+/// still in flight, and readers do not see the commit meanwhile; when it resolves, the stable
+/// high watermark covers it.
 #[tokio::test(start_paused = true)]
 async fn test_pipeline_does_not_resolve_before_commit_is_durable() {
     let raw_log = Arc::new(InMemory::new());
@@ -419,8 +420,8 @@ async fn test_pipeline_does_not_resolve_before_commit_is_durable() {
     let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
     assert_eq!(
         (high_watermark, stable),
-        (4, 0),
-        "applied in memory, not yet durable"
+        (0, 0),
+        "sealed, not yet durable: invisible to readers"
     );
     assert!(
         !outcome.is_finished(),

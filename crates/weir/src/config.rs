@@ -245,6 +245,16 @@ impl Config {
                 self.kafka.max_fetch_wait
             );
         }
+        let probe = weir_control::log::DEAD_SLOT_PROBE;
+        if self.control.max_inflight_writes == 0 || self.control.max_inflight_writes as u64 > probe
+        {
+            bail!(
+                "control.max_inflight_writes is {}, but must be between 1 and {probe}: recovery \
+                 looks for a deposed writer's in-flight log slots only that far past the end of \
+                 the log, and a slot beyond it would hide every later write from replay",
+                self.control.max_inflight_writes
+            );
+        }
         if self.kafka.num_partitions < 1 {
             bail!("kafka.num_partitions must be at least 1");
         }
@@ -418,6 +428,28 @@ mod tests {
         assert!(Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "some")])).is_err());
         let tiny = env(&[("WEIR_PRODUCE_MAX_DECOMPRESSED_BYTES", "1000")]);
         assert!(Config::load(None, tiny).is_err());
+    }
+
+    #[test]
+    fn test_config_rejects_max_inflight_writes_beyond_the_dead_slot_probe() {
+        let probe = weir_control::log::DEAD_SLOT_PROBE.to_string();
+        let config = Config::load(None, env(&[("WEIR_CONTROL_MAX_INFLIGHT_WRITES", &probe)]));
+        assert_eq!(
+            config.unwrap().control.max_inflight_writes.to_string(),
+            probe
+        );
+        for bad in [
+            (weir_control::log::DEAD_SLOT_PROBE + 1).to_string(),
+            "0".into(),
+        ] {
+            let err =
+                Config::load(None, env(&[("WEIR_CONTROL_MAX_INFLIGHT_WRITES", &bad)])).unwrap_err();
+            let message = format!("{err:#}");
+            assert!(
+                message.contains("control.max_inflight_writes") && message.contains(&probe),
+                "{message}"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use object_store::memory::InMemory;
+use object_store::path::Path;
 use weir_common::TopicId;
 
 use super::*;
@@ -82,4 +83,323 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
     assert!(third.state.topic("dead2").is_none());
     assert!(third.state.topic("dead4").is_none());
     assert_eq!(third.state.cluster_id, "cluster");
+}
+
+/// A store where another writer "races" us: just before our PUT of one key, its bytes land.
+#[derive(Debug)]
+struct RaceStore {
+    inner: Arc<InMemory>,
+    race: std::sync::Mutex<Option<(Path, Bytes)>>,
+}
+
+impl std::fmt::Display for RaceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RaceStore")
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for RaceStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let raced = {
+            let mut race = self.race.lock().unwrap();
+            match race.as_ref() {
+                Some((key, _)) if key == location => race.take(),
+                _ => None,
+            }
+        };
+        if let Some((key, bytes)) = raced {
+            self.inner.put(&key, PutPayload::from(bytes)).await?;
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+fn record_bytes(epoch: u64, seq: u64, entries: Vec<Entry>) -> Bytes {
+    LogStore::encode_record(epoch, seq, &LogRecord { entries })
+}
+
+fn new_epoch(epoch: u64) -> Entry {
+    Entry::NewEpoch {
+        epoch,
+        cluster_id: "cluster".into(),
+    }
+}
+
+/// Issue 9 §4.1: A claims epoch 1; B claims 2 and writes its NewEpoch (and a topic) first; A's
+/// replay then passes B's records. Writing NewEpoch(1) after them would make every slot of A
+/// dead to later replays while A serves: A must fail and claim again instead.
+#[tokio::test]
+async fn test_log_recover_fails_when_a_later_epoch_wrote_first() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = LogStore::new(store.clone(), 1);
+    let claimed = a.claim_epoch("a").await.unwrap();
+    let b = LogStore::new(store.clone(), 1);
+    let b_recovered = b.recover("b", "cluster").await.unwrap();
+    assert_eq!((claimed, b_recovered.epoch), (1, 2));
+    b.write_slot(1, 2, record_bytes(2, 1, vec![create("b-topic", 1)]))
+        .await
+        .unwrap();
+    let err = a.take_over(claimed, "cluster").await.unwrap_err();
+    assert!(matches!(err, LogError::EpochTaken(1)), "{err:?}");
+    assert!(
+        a.read_record(2).await.unwrap().is_none(),
+        "the overtaken writer wrote nothing"
+    );
+    // Claiming again puts A above B, and everything B wrote is kept.
+    let again = a.recover("a", "cluster").await.unwrap();
+    assert_eq!((again.epoch, again.next_seq), (3, 3));
+    assert!(again.state.topic("b-topic").is_some());
+}
+
+/// A higher epoch wins the slot our NewEpoch goes to (it replayed before our record landed):
+/// recovery fails (the caller claims again) instead of serving behind it.
+#[tokio::test]
+async fn test_log_recover_fails_when_a_higher_epoch_wins_the_new_epoch_slot() {
+    let inner = Arc::new(InMemory::new());
+    let race = RaceStore {
+        inner: inner.clone(),
+        race: std::sync::Mutex::new(None),
+    };
+    // Epoch 2 will have been claimed by the other writer, and its NewEpoch lands first.
+    inner
+        .put(&keys::meta_epoch(2), PutPayload::from_static(b"other"))
+        .await
+        .unwrap();
+    *race.race.lock().unwrap() = Some((keys::meta_log(0), record_bytes(2, 0, vec![new_epoch(2)])));
+    let store: Arc<dyn ObjectStore> = Arc::new(race);
+    let log = LogStore::new(store.clone(), 1);
+    let err = log.take_over(1, "cluster").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LogError::SlotLost {
+                seq: 0,
+                found_epoch: 2,
+                our_epoch: 1
+            }
+        ),
+        "{err:?}"
+    );
+    let again = log.recover("a", "cluster").await.unwrap();
+    assert_eq!((again.epoch, again.next_seq), (3, 2));
+}
+
+/// While recovery fills holes among a deposed writer's dead slots, a slot it fills is taken:
+/// by the deposed writer (a late write, harmless) it carries on; by a later epoch it has been
+/// overtaken and must fail instead of serving.
+#[tokio::test]
+async fn test_log_slot_lost_while_filling_holes() {
+    for (found_epoch, overtaken) in [(1u64, false), (3, true)] {
+        let inner = Arc::new(InMemory::new());
+        let setup = LogStore::new(inner.clone(), 1);
+        let first = setup.recover("old", "cluster").await.unwrap();
+        assert_eq!(first.epoch, 1);
+        // The deposed epoch-1 writer left slot 3 (slots 1 and 2 never landed).
+        setup
+            .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
+            .await
+            .unwrap();
+        let race = RaceStore {
+            inner: inner.clone(),
+            race: std::sync::Mutex::new(Some((
+                keys::meta_log(2),
+                record_bytes(found_epoch, 2, vec![]),
+            ))),
+        };
+        let log = LogStore::new(Arc::new(race), 1);
+        let result = log.recover("new", "cluster").await;
+        if overtaken {
+            let err = result.unwrap_err();
+            assert!(matches!(err, LogError::EpochTaken(2)), "{err:?}");
+        } else {
+            let recovered = result.unwrap();
+            assert_eq!((recovered.epoch, recovered.next_seq), (2, 4));
+            assert!(recovered.state.topic("dead").is_none());
+        }
+    }
+}
+
+/// Replay starts from the newest snapshot: the log slots it covers are not read at all (they
+/// are deleted here), and the state is still complete.
+#[tokio::test]
+async fn test_log_replay_starts_from_the_newest_snapshot() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let log = LogStore::new(store.clone(), 1);
+    let recovered = log.recover("a", "cluster").await.unwrap();
+    let mut state = recovered.state;
+    for seq in 1..=4u64 {
+        let entries = vec![create(&format!("t{seq}"), seq as u8)];
+        for entry in &entries {
+            state.apply(entry);
+        }
+        log.write_slot(seq, 1, record_bytes(1, seq, entries))
+            .await
+            .unwrap();
+        if seq == 3 {
+            log.write_snapshot(3, LogStore::encode_snapshot(1, 3, &state))
+                .await
+                .unwrap();
+        }
+    }
+    for seq in 0..=3u64 {
+        store.delete(&keys::meta_log(seq)).await.unwrap();
+    }
+    let replayed = log.replay().await.unwrap();
+    assert_eq!(replayed.snapshot_seq, Some(3));
+    assert_eq!((replayed.replayed, replayed.gap), (1, 5));
+    for seq in 1..=4 {
+        assert!(replayed.state.topic(&format!("t{seq}")).is_some(), "t{seq}");
+    }
+    assert!(
+        replayed.state.topic_by_id(&TopicId([0x40; 16])).is_none(),
+        "lookup tables were rebuilt from the snapshot"
+    );
+    assert!(replayed
+        .state
+        .topic_by_id(&{
+            let mut id = [0x40u8; 16];
+            id[15] = 2;
+            TopicId(id)
+        })
+        .is_some());
+}
+
+/// A newest snapshot that cannot be used (garbage, or an envelope whose kind or slot does not
+/// match its key) is skipped: replay falls back to the previous snapshot and the log after it.
+#[tokio::test]
+async fn test_log_replay_falls_back_past_an_unusable_newest_snapshot() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let log = LogStore::new(store.clone(), 1);
+    let mut state = log.recover("a", "cluster").await.unwrap().state;
+    for seq in 1..=3u64 {
+        let entries = vec![create(&format!("t{seq}"), seq as u8)];
+        for entry in &entries {
+            state.apply(entry);
+        }
+        log.write_slot(seq, 1, record_bytes(1, seq, entries))
+            .await
+            .unwrap();
+        if seq == 1 {
+            log.write_snapshot(1, LogStore::encode_snapshot(1, 1, &state))
+                .await
+                .unwrap();
+        }
+    }
+    let newest_versions = [
+        Bytes::from_static(b"not a snapshot"),
+        // A valid snapshot envelope of another slot stored under key 3.
+        LogStore::encode_snapshot(1, 2, &state),
+        // A log record stored under a snapshot key.
+        record_bytes(1, 3, vec![]),
+    ];
+    for bytes in newest_versions {
+        log.write_snapshot(3, bytes).await.unwrap();
+        let replayed = log.replay().await.unwrap();
+        assert_eq!(replayed.snapshot_seq, Some(1), "fell back to snapshot 1");
+        assert_eq!(replayed.replayed, 2);
+        assert!(replayed.state.topic("t3").is_some());
+    }
+}
+
+/// A log slot that does not decode stops recovery with an error naming the object and what the
+/// operator can do; it is never skipped silently.
+#[tokio::test]
+async fn test_log_recover_refuses_a_corrupt_slot_with_an_operator_message() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let log = LogStore::new(store.clone(), 1);
+    log.recover("a", "cluster").await.unwrap();
+    log.write_slot(1, 1, record_bytes(1, 1, vec![create("kept", 1)]))
+        .await
+        .unwrap();
+    let corrupt = [
+        Bytes::from_static(b"garbage"),
+        // A valid record envelope of another slot.
+        record_bytes(1, 7, vec![]),
+    ];
+    for bytes in corrupt {
+        let seq = 2;
+        store
+            .put(&keys::meta_log(seq), PutPayload::from(bytes))
+            .await
+            .unwrap();
+        let err = LogStore::new(store.clone(), 1)
+            .recover("b", "cluster")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LogError::CorruptSlot { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&keys::meta_log(seq).to_string()),
+            "{message}"
+        );
+        assert!(message.contains("restore"), "{message}");
+        store.delete(&keys::meta_log(seq)).await.unwrap();
+    }
+}
+
+/// Losing the epoch claim itself (another writer claimed the same number first).
+#[tokio::test]
+async fn test_log_claim_epoch_fails_when_the_epoch_is_taken() {
+    let inner = Arc::new(InMemory::new());
+    let race = RaceStore {
+        inner: inner.clone(),
+        race: std::sync::Mutex::new(Some((keys::meta_epoch(1), Bytes::from_static(b"other")))),
+    };
+    let log = LogStore::new(Arc::new(race), 1);
+    let err = log.recover("a", "cluster").await.unwrap_err();
+    assert!(matches!(err, LogError::EpochTaken(1)), "{err:?}");
+    let again = log.recover("a", "cluster").await.unwrap();
+    assert_eq!(again.epoch, 2);
 }

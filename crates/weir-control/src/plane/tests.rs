@@ -14,7 +14,18 @@ fn settings(snapshot_every_slots: u64) -> ControlPlaneSettings {
 }
 
 async fn commit_one(plane: &ControlPlane, topic_id: TopicId, file: u128) -> i64 {
-    let entry = Entry::CommitFile(FileCommit {
+    match plane.submit(file_entry(topic_id, file)).await.unwrap() {
+        EntryResult::CommitFile(outcomes) => match outcomes[0] {
+            BatchOutcome::Appended { base_offset, .. } => base_offset,
+            ref other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A commit of one 10-record batch to partition 0, by an agent of its own.
+fn file_entry(topic_id: TopicId, file: u128) -> Entry {
+    Entry::CommitFile(FileCommit {
         agent: format!("test-{file}"),
         previous: None,
         file_id: FileId(file),
@@ -32,14 +43,7 @@ async fn commit_one(plane: &ControlPlane, topic_id: TopicId, file: u128) -> i64 
             producer_epoch: -1,
             base_sequence: -1,
         }],
-    });
-    match plane.submit(entry).await.unwrap() {
-        EntryResult::CommitFile(outcomes) => match outcomes[0] {
-            BatchOutcome::Appended { base_offset, .. } => base_offset,
-            ref other => panic!("{other:?}"),
-        },
-        other => panic!("{other:?}"),
-    }
+    })
 }
 
 #[tokio::test]
@@ -251,4 +255,121 @@ async fn test_plane_shuts_down_while_its_log_is_unavailable() {
         matches!(after, Err(ControlError::ShuttingDown)),
         "{after:?}"
     );
+}
+
+fn commit_offset(group: &str, topic: &str, offset: i64) -> Entry {
+    Entry::CommitOffsets {
+        group: group.into(),
+        offsets: vec![crate::entry::OffsetCommit {
+            topic: topic.into(),
+            partition: 0,
+            offset,
+            leader_epoch: 0,
+            metadata: None,
+        }],
+    }
+}
+
+/// What readers see of the entries the failed-slot test submits.
+fn visible(plane: &ControlPlane, topic_id: TopicId) -> (bool, Option<i64>, i64, i64, usize) {
+    plane.read(|s| {
+        let partition = s.partition(&topic_id, 0).unwrap();
+        (
+            s.topic("doomed").is_some(),
+            s.committed_offset("g", "orders", 0).map(|c| c.offset),
+            partition.high_watermark,
+            partition.stable_high_watermark,
+            partition.index.len(),
+        )
+    })
+}
+
+/// Issue 9 §4.5: a topic, a committed offset and a file commit whose slot write fails are never
+/// visible to readers: not while the write fails, not while recovery cannot run, not after.
+#[tokio::test(start_paused = true)]
+async fn test_plane_readers_never_see_entries_of_a_failed_slot() {
+    let (model, store) = outage_store();
+    let settings = ControlPlaneSettings {
+        write_attempts: 2,
+        ..ControlPlaneSettings::default()
+    };
+    let plane = ControlPlane::open(store, settings, 1).await.unwrap();
+    let topic_id = plane
+        .create_topic("orders", 1, BTreeMap::new(), 7)
+        .await
+        .unwrap();
+    plane.submit(commit_offset("g", "orders", 5)).await.unwrap();
+    assert_eq!(commit_one(&plane, topic_id, 1).await, 0);
+    let durable = (false, Some(5), 10, 10, 1);
+    assert_eq!(visible(&plane, topic_id), durable);
+
+    model.set_outage(true);
+    let doomed = [
+        Entry::CreateTopic {
+            name: "doomed".into(),
+            topic_id: TopicId([0x33; 16]),
+            partitions: 1,
+            configs: BTreeMap::new(),
+        },
+        commit_offset("g", "orders", 99),
+        file_entry(topic_id, 2),
+    ];
+    let mut pending = Vec::new();
+    for entry in doomed {
+        pending.push(plane.enqueue(entry).await.unwrap());
+    }
+    for result in pending {
+        let result = result.await;
+        assert!(
+            matches!(result, Err(ControlError::Unavailable(_))),
+            "{result:?}"
+        );
+        assert!(
+            !*plane.availability().borrow(),
+            "unavailable before the caller hears of the failure"
+        );
+        assert_eq!(visible(&plane, topic_id), durable, "during the outage");
+    }
+
+    model.set_outage(false);
+    let mut available = plane.availability();
+    tokio::time::timeout(Duration::from_secs(60), available.wait_for(|up| *up))
+        .await
+        .expect("the plane did not recover")
+        .unwrap();
+    assert_eq!(visible(&plane, topic_id), durable, "after recovery");
+    assert_eq!(commit_one(&plane, topic_id, 3).await, 10);
+    assert_eq!(visible(&plane, topic_id), (false, Some(5), 20, 20, 2));
+    plane.shutdown().await;
+}
+
+/// An acknowledged entry is visible to readers by the time its caller is answered.
+#[tokio::test]
+async fn test_plane_entry_is_readable_when_its_caller_is_answered() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let plane = ControlPlane::open(store, settings(2), 1).await.unwrap();
+    let topic_id = plane
+        .create_topic("orders", 1, BTreeMap::new(), 7)
+        .await
+        .unwrap();
+    for round in 0..5 {
+        plane
+            .submit(commit_offset("g", "orders", round))
+            .await
+            .unwrap();
+        assert_eq!(
+            commit_one(&plane, topic_id, round as u128).await,
+            round * 10
+        );
+        let (_, offset, high, stable, batches) = visible(&plane, topic_id);
+        assert_eq!(
+            (offset, high, stable, batches),
+            (
+                Some(round),
+                (round + 1) * 10,
+                (round + 1) * 10,
+                round as usize + 1
+            )
+        );
+    }
 }

@@ -10,7 +10,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use uuid::Uuid;
 use weir_control::configs::validate_topic_name;
-use weir_control::{ControlError, Topic};
+use weir_control::{ControlError, State, Topic, TopicSummary};
 use weir_protocol::error_code;
 
 use super::{control_error_code, text, topic_id, topic_name, uuid};
@@ -36,9 +36,8 @@ pub(crate) async fn handle(
     let mut topics = Vec::new();
     match wanted {
         None => {
-            let all: Vec<Topic> = broker
-                .control
-                .read(|s| s.topics.values().cloned().collect());
+            // Names, ids and partition counts only: never a partition's index under the lock.
+            let all: Vec<TopicSummary> = broker.control.read(State::topic_summaries);
             topics.extend(all.iter().map(|topic| describe(&broker, topic)));
         }
         Some(list) => {
@@ -98,7 +97,7 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
         Wanted::Id(id) => {
             let found = broker
                 .control
-                .read(|s| s.topic_by_id(&topic_id(id)).cloned());
+                .read(|s| s.topic_by_id(&topic_id(id)).map(Topic::summary));
             return match found {
                 Some(topic) => describe(broker, &topic),
                 None => MetadataResponseTopic::default()
@@ -118,7 +117,7 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
     if validate_topic_name(&name).is_err() {
         return error(error_code::INVALID_TOPIC_EXCEPTION);
     }
-    if let Some(topic) = broker.control.read(|s| s.topic(&name).cloned()) {
+    if let Some(topic) = broker.control.read(|s| s.topic(&name).map(Topic::summary)) {
         return describe(broker, &topic);
     }
     if !auto_create {
@@ -136,7 +135,7 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
     match created {
         Ok(_) | Err(ControlError::TopicAlreadyExists(_)) => {
             tracing::info!(topic = %name, "auto-created topic");
-            match broker.control.read(|s| s.topic(&name).cloned()) {
+            match broker.control.read(|s| s.topic(&name).map(Topic::summary)) {
                 Some(topic) => describe(broker, &topic),
                 None => error(error_code::UNKNOWN_TOPIC_OR_PARTITION),
             }
@@ -145,9 +144,9 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
     }
 }
 
-fn describe(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
+fn describe(broker: &Broker, topic: &TopicSummary) -> MetadataResponseTopic {
     let node = BrokerId(broker.settings.node_id);
-    let partitions = (0..topic.partitions.len() as i32)
+    let partitions = (0..topic.partitions as i32)
         .map(|index| {
             MetadataResponsePartition::default()
                 .with_partition_index(index)
