@@ -2,7 +2,7 @@
 CARGO_TARGET_DIR ?= /var/tmp/weir-target
 export CARGO_TARGET_DIR
 
-.PHONY: run build test test-unit test-e2e sim lint fmt
+.PHONY: run build test test-unit test-e2e sim lint fmt fuzz-smoke mutants
 
 # More simulation seeds than `make test` runs: make sim SEEDS=1000 START=40
 SEEDS ?= 200
@@ -14,7 +14,13 @@ run:
 build:
 	cargo build -p weir
 
-test: test-unit test-e2e
+# Both suites always run; the target fails if either failed, and says which.
+test: build
+	@unit=0; e2e=0; \
+	$(MAKE) --no-print-directory test-unit || unit=$$?; \
+	$(MAKE) --no-print-directory test-e2e || e2e=$$?; \
+	echo "make test: unit tests $$( [ $$unit -eq 0 ] && echo passed || echo FAILED ), e2e tests $$( [ $$e2e -eq 0 ] && echo passed || echo FAILED )"; \
+	[ $$unit -eq 0 ] && [ $$e2e -eq 0 ]
 
 test-unit: build
 	cargo nextest run --workspace --no-fail-fast
@@ -32,3 +38,14 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+# Builds the fuzz targets (fuzz/, its own workspace and target dir) on the stable toolchain and
+# runs each for FUZZ_SECONDS from the valid-frame seed corpus. Needs cargo-fuzz (.ci/run installs it).
+FUZZ_SECONDS ?= 10
+fuzz-smoke:
+	tests/fuzz_smoke.sh $(FUZZ_SECONDS)
+
+# Deliberately broken builds (tests/mutants/run.sh): each mutation must make weir-sim seeds fail.
+# Outside CI: one release rebuild per mutation. make mutants SEEDS=30 START=0
+mutants:
+	tests/mutants/run.sh $(SEEDS) $(START)

@@ -55,7 +55,7 @@ class CheckedProducer(threading.Thread):
     partitions and records every delivery report."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, name: str, conf: dict,
-                 max_records: int = 500_000):
+                 max_records: int = 500_000, track_stats: bool = False):
         super().__init__(daemon=True, name=f"checked-producer-{name}")
         self.bootstrap, self.topic, self.partitions, self.producer_name = bootstrap, topic, partitions, name
         self.conf, self.max_records = conf, max_records
@@ -66,6 +66,27 @@ class CheckedProducer(threading.Thread):
         self.remaining: int | None = None
         self.exc: BaseException | None = None
         self._halt = threading.Event()
+        # librdkafka's statistics (every 100 ms) when asked: what the client did, request by request.
+        self.track_stats = track_stats
+        self.stats: dict = {}
+
+    def _on_stats(self, raw_json: str) -> None:
+        stats = json.loads(raw_json)
+        with self.lock:
+            self.stats = stats
+
+    def requests_sent(self, request: str) -> int:
+        """How many `request` (librdkafka's name, e.g. "InitProducerId") requests the client has
+        sent to all brokers so far (needs track_stats)."""
+        assert self.track_stats, "requests_sent needs track_stats=True"
+        with self.lock:
+            brokers = self.stats.get("brokers", {})
+            return sum(b.get("req", {}).get(request, 0) for b in brokers.values())
+
+    def idempotence_state(self) -> str | None:
+        """librdkafka's idempotent-producer state ("Assigned" once it has a producer id)."""
+        with self.lock:
+            return self.stats.get("eos", {}).get("idemp_state")
 
     def n_acked(self) -> int:
         with self.lock:
@@ -86,7 +107,9 @@ class CheckedProducer(threading.Thread):
             producer = ck_producer(self.bootstrap, {
                 "acks": "all", "linger.ms": 2, "message.timeout.ms": 180_000,
                 "retry.backoff.ms": 100, "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 500, **self.conf})
+                "reconnect.backoff.max.ms": 500, **self.conf,
+                **({"statistics.interval.ms": 100, "stats_cb": self._on_stats}
+                   if self.track_stats else {})})
             seq = 0
             while not self._halt.is_set() and seq < self.max_records:
                 try:

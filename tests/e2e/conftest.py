@@ -15,6 +15,9 @@ Knobs (env):
   WEIR_E2E_EXTRA_ARGS      extra flags for every agent, e.g. "--storage-profile s3-express"
   WEIR_E2E_FLUSH_INTERVAL  value for --flush-interval (default 5ms; empty = don't pass)
   RUST_LOG                 passed through (default info)
+  CI                       when true (.ci/run exports it), a skipped test is reported as a
+                           failure: a scenario that silently did not run is not a pass
+  WEIR_E2E_ALLOW_SKIPS     when true, skips stay skips even in CI (an explicit, visible choice)
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def _truthy(v: str | None) -> bool:
 
 
 IN_CI = _truthy(os.environ.get("CI"))
+ALLOW_SKIPS = _truthy(os.environ.get("WEIR_E2E_ALLOW_SKIPS"))
 
 
 def weir_bin_path() -> Path:
@@ -371,6 +375,11 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    if rep.skipped and IN_CI and not ALLOW_SKIPS and not hasattr(rep, "wasxfail"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = (f"skipped in CI: {reason}\n(CI=true: a skipped scenario fails the run; "
+                        f"set WEIR_E2E_ALLOW_SKIPS=1 to allow skips explicitly)")
     agents = _AGENTS_BY_TEST.get(item.nodeid)
     if rep.failed and agents:
         for i, a in enumerate(agents):

@@ -7,10 +7,13 @@ the coordinator's session timeout).
 CONFIG_JSON: {"client": "ck"|"kp", "bootstrap", "topic", "group", "out",
               "instance_id": str|null, "session_timeout_ms": int}
 
-Every event is appended to `out` as one JSON line and flushed at once:
-  {"ev": "assign"|"revoke", "parts": [p, ...]}
+Every event is appended to `out` as one JSON line and flushed at once, with "t", the
+system-wide monotonic clock (time.monotonic(): CLOCK_MONOTONIC, comparable across processes) at
+the moment of the event:
+  {"ev": "assign"|"revoke", "parts": [p, ...]}   from the client's rebalance callbacks
   {"ev": "msg", "p": partition, "o": offset}
   {"ev": "commit"}  after each synchronous commit of everything consumed so far
+  {"ev": "closing"}  the member stopped consuming and is about to close its consumer
 Offsets are committed synchronously after each polled batch (at-least-once).
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 
 STOP = False
 
@@ -33,7 +37,7 @@ def main() -> None:
     out = open(conf["out"], "a", buffering=1)
 
     def emit(**event):
-        out.write(json.dumps(event) + "\n")
+        out.write(json.dumps({**event, "t": time.monotonic()}) + "\n")
         out.flush()
 
     signal.signal(signal.SIGTERM, _stop)
@@ -84,6 +88,7 @@ def run_confluent(conf: dict, emit) -> None:
                 except Exception as e:  # noqa: BLE001 - a rebalance may void the commit
                     emit(ev="commit_failed", error=str(e))
     finally:
+        emit(ev="closing")
         consumer.close()
 
 
@@ -119,6 +124,7 @@ def run_kafka_python(conf: dict, emit) -> None:
                 except Exception as e:  # noqa: BLE001 - a rebalance may void the commit
                     emit(ev="commit_failed", error=str(e))
     finally:
+        emit(ev="closing")
         consumer.close()
 
 

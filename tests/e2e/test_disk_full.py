@@ -181,9 +181,17 @@ def test_disk_full_data_path_answers_and_loses_nothing(agent_factory):
     try:
         topic, side, producers, report, seen = start_and_fill(
             agent, data, "diskfull", "disk-full-data-path-tmpfs-32m")
+        # The first probe's answer is a whole produce round trip on the full disk: any ack of a
+        # file made durable before the ballast has reached its producer by then.
+        first_code = answered(produce_probe, agent, side, 899)
         acked_full = acked(producers)
-        seen["produce_codes"] = dict(Counter(answered(produce_probe, agent, side, 900 + i)
-                                             for i in range(3)))
+        failed_uploads = len(log_lines(agent, "file upload failed"))
+        seen["produce_codes"] = dict(Counter([first_code] + [
+            answered(produce_probe, agent, side, 900 + i) for i in range(3)]))
+        # The checked producers keep retrying on the full disk; wait until the agent has tried
+        # (and failed) to upload their data several more times, then nothing may have been acked.
+        wait_until(lambda: len(log_lines(agent, "file upload failed")) >= failed_uploads + 10,
+                   WAIT_S, "more failed uploads while the disk is full")
         agent.check_still_running()
         seen["acked_while_full"] = acked(producers) - acked_full
         seen["upload_enospc_lines"] = len(log_lines(agent, "file upload failed"))
@@ -191,6 +199,7 @@ def test_disk_full_data_path_answers_and_loses_nothing(agent_factory):
         print(json.dumps({"scenario": report.scenario, **seen}, sort_keys=True))
         assert set(seen["produce_codes"]) <= RETRIABLE_WHILE_FULL, seen["produce_codes"]
         assert KAFKA_STORAGE_ERROR in seen["produce_codes"], seen["produce_codes"]
+        assert seen["acked_while_full"] == 0, f"records acknowledged while the disk was full: {seen}"
 
         remount(data, LARGE)
         resumed = acked(producers)
@@ -225,10 +234,17 @@ def test_disk_full_metadata_log_answers_recovers_and_stops(agent_factory):
                                           for i in range(3)]
         seen["produce_codes"] = dict(Counter(answered(produce_probe, agent, side, 900 + i)
                                              for i in range(2)))
-        late = CheckedProducer(agent.bootstrap, topic, PARTITIONS, "late", IDEMPOTENT)
+        late = CheckedProducer(agent.bootstrap, topic, PARTITIONS, "late", IDEMPOTENT,
+                               track_stats=True)
         late.start()
         producers.append(late)
-        time.sleep(1.0)  # let the late producer's InitProducerId meet the full disk
+        # The late producer's InitProducerId must meet the full disk: wait until (librdkafka's own
+        # statistics) it has sent InitProducerId twice, i.e. the first one was refused, and it
+        # still has no producer id.
+        wait_until(lambda: late.requests_sent("InitProducerId") >= 2, WAIT_S,
+                   "the late producer's InitProducerId retried against the full disk")
+        assert late.idempotence_state() != "Assigned", late.stats.get("eos")
+        assert late.n_acked() == 0
         agent.check_still_running()
         seen["metadata_log_lines"] = len(log_lines(agent, "metadata log"))
         seen["recovery_failures"] = len(log_lines(agent, "control plane recovery failed"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 
 import pytest
@@ -61,6 +62,16 @@ def start_producers(agent, topic: str, count: int = 2) -> list[CheckedProducer]:
     return producers
 
 
+def assert_failpoint_abort(agent, point: str, hit: int) -> None:
+    """The agent's exit was the armed fail point's abort: SIGABRT, and the fail point's own line
+    (printed just before it aborts) naming this point and hit count."""
+    rc = agent.proc.returncode
+    assert rc == -signal.SIGABRT, (
+        f"the agent exited with {rc}, not SIGABRT from fail point {point}\n{agent.log_tail(4000)}")
+    line = f"fail point {point} hit {hit} times: aborting the process"
+    assert line in agent.log_text(), f"no {line!r} in the agent log\n{agent.log_tail(4000)}"
+
+
 def acked(producers) -> int:
     return sum(p.n_acked() for p in producers)
 
@@ -98,8 +109,10 @@ def test_fault_failpoint_crash(agent, point):
     agent.start(extra_args=["--failpoints", f"{point}=abort@{hit}"])
     producers = start_producers(agent, topic)
     report = Report(f"failpoint:{point}@{hit}", seed)
-    # The agent is expected to die by itself.
+    # The agent is expected to die by itself, and from this fail point's abort: any other death
+    # (a panic, another signal, an unrelated abort) fails the scenario.
     wait_until(lambda: not agent.alive(), WAIT_S, f"the agent to abort at {point}")
+    assert_failpoint_abort(agent, point, hit)
     agent.kill9()  # reap and mark as expected
     report.crashes += 1
     acked_at_crash = acked(producers)

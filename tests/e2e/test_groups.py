@@ -4,9 +4,11 @@ coordinator, committed offsets in the control plane.
 Members run as separate processes (group_member.py) so a test can SIGTERM
 one (clean LeaveGroup) or SIGKILL it (found only by the session timeout).
 Correctness is checked from both sides: the coordinator's view
-(DescribeGroups through the AdminClient: every partition assigned exactly once
-in each stable generation) and the members' logs (every produced record
-consumed at least once). Every wait is bounded; nothing asserts on durations.
+(DescribeGroups through the AdminClient: a stable generation covers every
+partition) and the members' own records (their rebalance callbacks, stamped
+with the system-wide monotonic clock: no partition is ever held by two members
+at once, in any generation, however short; every produced record consumed at
+least once). Every wait is bounded; nothing asserts on durations.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Member:
         self.conf = {"client": "ck", "instance_id": None,
                      "session_timeout_ms": SESSION_MS, "out": str(self.out), **conf}
         self.proc: subprocess.Popen | None = None
+        # time.monotonic() once the process is gone (it holds nothing after that).
+        self.dead_at: float | None = None
 
     def start(self) -> "Member":
         log = open(self.out.with_suffix(".log"), "ab")
@@ -66,6 +70,24 @@ class Member:
                    and e["ev"] == "assign"]
         return assigns[-1] if assigns else None
 
+    def holdings(self) -> list:
+        """(partition, from, to) for every time this member held a partition, from its
+        callbacks: held from its assign until its revoke, its "closing", or its death."""
+        out, held = [], {}
+        for e in self.events():
+            if e["ev"] == "assign":
+                for p in e["parts"]:
+                    held.setdefault(p, e["t"])
+            elif e["ev"] == "revoke":
+                for p in e["parts"]:
+                    if p in held:
+                        out.append((p, held.pop(p), e["t"]))
+            elif e["ev"] == "closing":
+                out += [(p, t, e["t"]) for p, t in held.items()]
+                held = {}
+        end = self.dead_at if self.dead_at is not None else float("inf")
+        return out + [(p, t, end) for p, t in held.items()]
+
     def stop(self) -> None:
         """SIGTERM: the member closes its consumer (LeaveGroup) and exits."""
         if self.proc and self.proc.poll() is None:
@@ -75,11 +97,13 @@ class Member:
             except subprocess.TimeoutExpired:
                 self.kill9()
                 raise AssertionError(f"member {self.name} did not exit after SIGTERM")
+            self.dead_at = time.monotonic()
 
     def kill9(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
+            self.dead_at = time.monotonic()
 
 
 @pytest.fixture
@@ -124,6 +148,19 @@ def wait_stable(admin, group: str, topic: str, n_members: int, n_partitions: int
                 return d
         time.sleep(0.3)
     raise AssertionError(f"group {group} not stable with {n_members} members: last {last}")
+
+
+def assert_never_held_twice(all_members: list) -> int:
+    """Exact, from the members' own callbacks: no partition was held by two members at the same
+    time in any generation (eager rebalancing: a member's revoke callback runs before it rejoins,
+    and the coordinator must not hand its partitions to anyone before every member has rejoined
+    or been removed). Returns how many holdings were checked."""
+    spans = sorted((p, start, end, m.name) for m in all_members for p, start, end in m.holdings())
+    for (p1, _s1, e1, m1), (p2, s2, _e2, m2) in zip(spans, spans[1:]):
+        assert not (p1 == p2 and s2 < e1), \
+            f"partition {p1} held by {m2} from {s2:.3f} while {m1} held it until {e1:.3f}"
+    assert spans, "no member ever recorded an assignment"
+    return len(spans)
 
 
 def wait_members_hold(live: list, n_partitions: int):
@@ -185,6 +222,8 @@ def run_membership_churn(agent, members, client: str, n_partitions: int, per_rou
     seen = wait_consumed([a, b, c], produced)
     assert seen <= produced, f"consumed records that were never produced: {sorted(seen - produced)[:10]}"
     a.stop()
+    # Every generation went through: 1, 2, 3, 2, 1 members (and the transient ones between).
+    assert assert_never_held_twice([a, b, c]) >= 5 * n_partitions
     d = describe(admin, group)
     assert d.state == ConsumerGroupState.EMPTY and not d.members
 
@@ -202,14 +241,19 @@ def assignment_by_instance(d) -> dict:
             for m in d.members}
 
 
+def committed_since(member: Member, since: float) -> bool:
+    return any(e["ev"] == "commit" and e["t"] > since for e in member.events())
+
+
 def test_static_member_restart_gets_its_partitions_back_without_rebalance(agent, members):
     """KIP-345: a member restarted with the same group.instance.id (within the
     session timeout) replaces its old self; the others are not revoked."""
     n_partitions = 6
+    session_ms = 10000
     topic, group = unique("static"), unique("g")
     ck_create_topics(agent.bootstrap, {topic: n_partitions})
     admin = ck_admin(agent.bootstrap)
-    conf = dict(bootstrap=agent.bootstrap, topic=topic, group=group, session_timeout_ms=30000)
+    conf = dict(bootstrap=agent.bootstrap, topic=topic, group=group, session_timeout_ms=session_ms)
     live = []
     for i in range(3):
         live.append(members(f"s{i}", instance_id=f"instance-{i}", **conf))
@@ -219,6 +263,7 @@ def test_static_member_restart_gets_its_partitions_back_without_rebalance(agent,
     old_member_ids = {m.member_id for m in describe(admin, group).members}
     revokes_before = [sum(e["ev"] == "revoke" for e in m.events()) for m in live[:2]]
     live[2].kill9()  # a static member's close sends no LeaveGroup either; kill is the harsher case
+    killed_at = live[2].dead_at
     restarted = members("s2-again", instance_id="instance-2", **conf)
     deadline = time.monotonic() + GROUP_WAIT_S
     while time.monotonic() < deadline and restarted.last_assignment() is None:
@@ -230,11 +275,25 @@ def test_static_member_restart_gets_its_partitions_back_without_rebalance(agent,
     assert assignment_by_instance(after) == before
     new_ids = {m.member_id for m in after.members}
     assert len(new_ids - old_member_ids) == 1, "only the restarted member has a new member id"
+    # A rebalance can still come late: on a later heartbeat, or when the killed member's old
+    # session runs out. Keep the group working until each other member has committed (with its
+    # generation, which a rebalance would refuse) after that session would have expired: a
+    # rebalance started any time before shows as a revoke or a failed commit.
+    quiet_after = killed_at + session_ms / 1000 + 1.0
+    deadline = time.monotonic() + GROUP_WAIT_S
+    rounds = 0
+    while not all(committed_since(m, quiet_after) for m in live[:2]):
+        assert time.monotonic() < deadline, "the other members stopped committing"
+        produced = set(produce_round(agent.bootstrap, topic, n_partitions, 60, f"after{rounds}"))
+        wait_consumed([live[0], live[1], restarted], produced)
+        rounds += 1
     revokes_after = [sum(e["ev"] == "revoke" for e in m.events()) for m in live[:2]]
     assert revokes_after == revokes_before, "the other members were revoked"
-    # Still one generation later: everything produced now is consumed by its owner.
-    produced = set(produce_round(agent.bootstrap, topic, n_partitions, 60, "after"))
-    wait_consumed([live[0], live[1], restarted], produced)
+    failed = [e for m in live[:2] for e in m.events()
+              if e["ev"] == "commit_failed" and e["t"] > killed_at]
+    assert not failed, f"commits refused after the restart: {failed[:3]}"
+    assert assignment_by_instance(describe(admin, group)) == before
+    assert_never_held_twice(live + [restarted])
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, n_partitions: int) -> dict:
@@ -322,3 +381,32 @@ def test_live_group_rejoins_after_agent_crash(agent, members):
     wait_stable(admin, group, topic, 2, n_partitions)
     produced |= set(produce_round(agent.bootstrap, topic, n_partitions, 80, "after"))
     wait_consumed(live, produced)
+    assert_never_held_twice(live)
+
+
+def test_never_held_twice_check_catches_an_overlap(tmp_path):
+    """The check itself, on recorded events (no agent): a partition handed to a member before
+    its previous holder revoked it, or while a killed holder was still alive, is reported;
+    a clean hand-over is not."""
+    def member(name, events, dead_at=None):
+        m = Member(tmp_path, name)
+        m.out.write_text("".join(json.dumps(e) + "\n" for e in events))
+        m.dead_at = dead_at
+        return m
+
+    a = member("a", [{"ev": "assign", "parts": [0, 1], "t": 1.0},
+                     {"ev": "revoke", "parts": [0, 1], "t": 5.0},
+                     {"ev": "assign", "parts": [0], "t": 6.0}])
+    b = member("b", [{"ev": "assign", "parts": [1], "t": 6.0}])
+    assert assert_never_held_twice([a, b]) == 4
+    early = member("c", [{"ev": "assign", "parts": [1], "t": 4.0}])
+    with pytest.raises(AssertionError, match="partition 1 held by"):
+        assert_never_held_twice([a, early])
+    killed = member("k", [{"ev": "assign", "parts": [2], "t": 1.0}], dead_at=9.0)
+    successor = member("s", [{"ev": "assign", "parts": [2], "t": 8.0}])
+    with pytest.raises(AssertionError, match="partition 2 held by"):
+        assert_never_held_twice([killed, successor])
+    closed = member("x", [{"ev": "assign", "parts": [3], "t": 1.0},
+                          {"ev": "closing", "t": 2.0}])
+    after = member("y", [{"ev": "assign", "parts": [3], "t": 3.0}])
+    assert assert_never_held_twice([closed, after]) == 2

@@ -12,8 +12,11 @@ Nothing here asserts on durations; every wait is bounded on its own.
 from __future__ import annotations
 
 import json
+import resource
 import socket
 from pathlib import Path
+
+import pytest
 
 import kafka_raw as raw
 from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
@@ -127,6 +130,35 @@ MAX_CONNECTIONS = 2400
 # and the request buffers of a small request. Measured at ~5 KiB; kernel socket buffers are not
 # part of the process's RSS.
 PER_CONNECTION_BYTES = 16 * KiB
+
+
+# Open files this module needs in the test process and in the agent it starts (which inherits the
+# limit): ~2,450 sockets each, plus the agent's own files and the clients' threads' descriptors.
+NEEDED_OPEN_FILES = 8192
+
+
+@pytest.fixture(autouse=True, scope="module")
+def enough_open_files():
+    """Raises RLIMIT_NOFILE for this process (and so for the agents it starts) to
+    NEEDED_OPEN_FILES, also the hard limit where allowed (root); restores it afterwards. Fails,
+    with what to do, where the limit cannot be raised: the tests must not depend on the machine's
+    default (often 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= NEEDED_OPEN_FILES:
+        yield
+        return
+    new_hard = hard if hard == resource.RLIM_INFINITY or hard >= NEEDED_OPEN_FILES \
+        else NEEDED_OPEN_FILES
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (NEEDED_OPEN_FILES, new_hard))
+    except (ValueError, OSError) as e:
+        pytest.fail(f"test_limits.py needs {NEEDED_OPEN_FILES} open files; the limit is {soft} "
+                    f"(hard {hard}) and raising it failed ({e}): run as root or raise the hard "
+                    f"limit (ulimit -Hn {NEEDED_OPEN_FILES})", pytrace=False)
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, new_hard))
 
 
 def test_many_connections_then_real_clients(agent_factory, monkeypatch):

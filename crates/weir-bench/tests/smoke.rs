@@ -58,17 +58,29 @@ fn test_bench_smoke_workload_against_spawned_agent() {
     assert!(plot.starts_with("<svg") && plot.contains("<polyline"));
 }
 
+/// Puts `from` at `to`: a hard link where the file system allows it, a copy otherwise.
+fn place(from: &std::path::Path, to: &std::path::Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+    }
+}
+
 #[test]
 fn test_weir_bench_subcommand_execs_weir_bench() {
     let weir = weir_bin();
     assert!(weir.exists(), "weir binary not found at {}", weir.display());
-    // `weir bench` runs the `weir-bench` next to `weir`; this test's own binary dir holds it.
-    let sibling = weir.with_file_name("weir-bench");
-    if !sibling.exists() {
-        eprintln!("skipped: {} not built next to weir", sibling.display());
-        return;
-    }
-    let output = Command::new(&weir)
+    // `weir bench` runs the `weir-bench` next to `weir`. Cargo has just built this package's
+    // `weir-bench`; lay both binaries out side by side, so the test never depends on what else
+    // happens to be in the target dir.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let local_weir = dir.path().join("weir");
+    place(&weir, &local_weir);
+    place(
+        std::path::Path::new(env!("CARGO_BIN_EXE_weir-bench")),
+        &dir.path().join("weir-bench"),
+    );
+    let output = Command::new(&local_weir)
         .args(["bench", "--version"])
         .output()
         .expect("run weir bench");

@@ -23,15 +23,23 @@ pub enum ConfigKind {
 }
 
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+pub const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
+pub const MESSAGE_TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
+pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+pub const MESSAGE_TIMESTAMP_DIFFERENCE_MAX_MS: &str = "message.timestamp.difference.max.ms";
+/// Kafka's "no bound" for the timestamp limits (Long.MAX_VALUE).
+pub const NO_TIMESTAMP_BOUND: &str = "9223372036854775807";
 pub const DEFAULT_MAX_MESSAGE_BYTES: i64 = 1_048_588;
 
 /// Every topic-level config Weir accepts. Values are stored as given and validated here.
 pub const TOPIC_CONFIGS: &[ConfigKey] = &[
     key(
-        "cleanup.policy",
+        CLEANUP_POLICY,
         "delete",
-        ConfigKind::OneOf(&["delete"]),
-        "Only delete is implemented; compact arrives with key-based compaction.",
+        ConfigKind::OneOf(&["delete", "compact", "compact,delete", "delete,compact"]),
+        "compact: every record must have a key (INVALID_RECORD otherwise, KIP-467); the log \
+         itself is not compacted yet, it keeps every record (which compaction's guarantees allow).",
     ),
     key(
         "compression.type",
@@ -70,10 +78,28 @@ pub const TOPIC_CONFIGS: &[ConfigKey] = &[
         "Largest record batch accepted for this topic.",
     ),
     key(
-        "message.timestamp.type",
+        MESSAGE_TIMESTAMP_AFTER_MAX_MS,
+        NO_TIMESTAMP_BOUND,
+        ConfigKind::Long { min: 0 },
+        "CreateTime records more than this far ahead of the agent's clock get INVALID_TIMESTAMP.",
+    ),
+    key(
+        MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
+        NO_TIMESTAMP_BOUND,
+        ConfigKind::Long { min: 0 },
+        "CreateTime records more than this far behind the agent's clock get INVALID_TIMESTAMP.",
+    ),
+    key(
+        MESSAGE_TIMESTAMP_DIFFERENCE_MAX_MS,
+        NO_TIMESTAMP_BOUND,
+        ConfigKind::Long { min: 0 },
+        "Deprecated bound on both sides (KIP-937 splits it); the tighter of it and before/after applies.",
+    ),
+    key(
+        MESSAGE_TIMESTAMP_TYPE,
         "CreateTime",
         ConfigKind::OneOf(&["CreateTime", "LogAppendTime"]),
-        "Timestamps are stored as the producer set them.",
+        "LogAppendTime: the agent stamps each batch with its append time when it accepts it.",
     ),
     key(
         "min.insync.replicas",

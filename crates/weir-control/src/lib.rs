@@ -22,6 +22,6 @@ pub mod summary;
 
 pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 pub use error::ControlError;
-pub use plane::{ControlPlane, ControlPlaneSettings};
-pub use state::{CommittedOffset, IndexEntry, PartitionState, State, Topic};
+pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
+pub use state::{CommittedOffset, IndexEntry, PartitionState, State, TimeIndex, Topic};
 pub use summary::TopicSummary;

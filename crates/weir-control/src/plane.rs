@@ -152,6 +152,18 @@ impl ControlPlane {
         Ok(async move { response.await.map_err(|_| ControlError::ShuttingDown)? })
     }
 
+    /// Reserves a place in the sequencing queue, so that the caller can then sequence an entry
+    /// synchronously: inside a lock that must cover both a check and the entry's position in the
+    /// log (an OffsetCommit validated against a group generation that a rebalance may end).
+    pub async fn reserve(&self) -> Result<Reservation<'_>, ControlError> {
+        let permit = self
+            .commands
+            .reserve()
+            .await
+            .map_err(|_| ControlError::ShuttingDown)?;
+        Ok(Reservation { permit })
+    }
+
     /// Reads the durable state: every entry whose slot is durable and none other. Never hold the
     /// closure across an await.
     pub fn read<R>(&self, reader: impl FnOnce(&State) -> R) -> R {
@@ -203,6 +215,25 @@ impl ControlPlane {
             EntryResult::CreateTopic(result) => result,
             other => Err(unexpected(other)),
         }
+    }
+}
+
+/// A place in the sequencing queue taken by [`ControlPlane::reserve`].
+#[derive(Debug)]
+pub struct Reservation<'a> {
+    permit: mpsc::Permit<'a, Command>,
+}
+
+impl Reservation<'_> {
+    /// Sequences `entry` now, behind everything enqueued before, and returns a future for its
+    /// durable result.
+    pub fn enqueue(
+        self,
+        entry: Entry,
+    ) -> impl std::future::Future<Output = Result<EntryResult, ControlError>> {
+        let (reply, response) = oneshot::channel();
+        self.permit.send(Command::Submit { entry, reply });
+        async move { response.await.map_err(|_| ControlError::ShuttingDown)? }
     }
 }
 

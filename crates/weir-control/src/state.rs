@@ -17,6 +17,9 @@ use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
 
+mod time_index;
+pub use time_index::TimeIndex;
+
 /// How many recent batches per producer and partition are remembered for duplicate detection,
 /// matching Kafka's limit of 5 in-flight requests for idempotent producers.
 const PRODUCER_BATCH_MEMORY: usize = 5;
@@ -68,6 +71,9 @@ pub struct PartitionState {
     /// Sorted by `base_offset`, dense: each entry starts where the previous ended.
     pub index: Vec<IndexEntry>,
     pub producers: BTreeMap<i64, ProducerPartitionState>,
+    /// Derived from `index` (see `time_index`): not serialised, rebuilt on load.
+    #[serde(skip)]
+    pub time_index: TimeIndex,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +124,13 @@ impl State {
             .values()
             .map(|topic| (topic.id, topic.name.clone()))
             .collect();
+        for partition in self
+            .topics
+            .values_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+        {
+            partition.time_index = TimeIndex::rebuild(&partition.index);
+        }
     }
 
     /// Marks everything assigned as durable (after recovery: all replayed entries are durable).
@@ -430,6 +443,7 @@ impl State {
             first_timestamp: batch.first_timestamp,
             max_timestamp: batch.max_timestamp,
         });
+        partition.time_index.push(batch.max_timestamp);
         partition.high_watermark = last_offset + 1;
         if batch.producer_id >= 0 {
             record_sequence(partition, batch, base_offset);

@@ -244,11 +244,16 @@ impl FetchReader {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::time::Duration;
 
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
     use object_store::memory::InMemory;
-    use object_store::ObjectStore;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    };
     use weir_common::ManualClock;
     use weir_control::ControlPlaneSettings;
     use weir_produce::{
@@ -259,15 +264,113 @@ mod tests {
 
     use super::*;
 
-    /// A plan over several cold files reads them concurrently (about one GET latency in all, on
-    /// the paused clock) and still returns every batch in offset order with its offset rewritten.
-    #[tokio::test(start_paused = true)]
-    async fn test_read_fetches_cold_files_concurrently_in_order() {
+    /// Counts GETs: how many in all, and the most in flight at once.
+    #[derive(Debug)]
+    struct CountingStore {
+        inner: Arc<dyn ObjectStore>,
+        gets: AtomicUsize,
+        in_flight: AtomicUsize,
+        most_in_flight: AtomicUsize,
+    }
+
+    impl std::fmt::Display for CountingStore {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "CountingStore({})", self.inner)
+        }
+    }
+
+    #[async_trait]
+    impl ObjectStore for CountingStore {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+            let result = self.inner.get_opts(location, options).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            result
+        }
+
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<Path>>,
+        ) -> BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+
+        async fn rename_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: RenameOptions,
+        ) -> object_store::Result<()> {
+            self.inner.rename_opts(from, to, options).await
+        }
+    }
+
+    /// A partition over one bucket (GETs take 100 ms of the paused clock, counted by the returned
+    /// store), filled with one committed ticket per entry of `tickets`, each a list of batch
+    /// timestamps. `max_file_bytes` 1 makes every ticket its own file.
+    async fn partition_with(
+        tickets: &[Vec<i64>],
+        max_file_bytes: usize,
+        cache_bytes: usize,
+    ) -> (FetchReader, TopicId, Arc<CountingStore>, Arc<ModelStore>) {
         let mut profile = LatencyProfile::local();
         profile.name = "get-100ms".into();
         profile.get = OpLatency::millis(100, 100);
-        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let bucket: Arc<dyn ObjectStore> = Arc::new(ModelStore::new(inner, profile, 1).unwrap());
+        let model = Arc::new(ModelStore::new(Arc::new(InMemory::new()), profile, 1).unwrap());
+        // Outside the model, so a GET counts as in flight for its whole modelled latency.
+        let counting = Arc::new(CountingStore {
+            inner: model.clone(),
+            gets: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            most_in_flight: AtomicUsize::new(0),
+        });
+        let bucket: Arc<dyn ObjectStore> = counting.clone();
         let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
         let control = ControlPlane::open(
             Arc::new(InMemory::new()),
@@ -280,11 +383,10 @@ mod tests {
             .create_topic("t", 1, BTreeMap::new(), 1)
             .await
             .unwrap();
-        // A cache too small for any batch: every read goes to storage.
-        let cache = Arc::new(ReadCache::new(0));
+        let cache = Arc::new(ReadCache::new(cache_bytes));
         let pipeline = ProducePipeline::start(
             ProduceSettings {
-                max_file_bytes: 1, // one file per ticket
+                max_file_bytes,
                 ..ProduceSettings::default()
             },
             writer.clone(),
@@ -293,42 +395,100 @@ mod tests {
             Arc::new(ManualClock::new(1_700_000_000_000)),
             1,
         );
-        let files = 6;
-        for i in 0..files {
-            let bytes = build_test_batch(2, 1_000 + i, (-1, -1, -1));
-            let ticket = ProduceTicket {
+        let submitted: Vec<_> = tickets
+            .iter()
+            .map(|timestamps| ProduceTicket {
                 partitions: vec![PartitionBatches {
                     topic_id: topic,
                     partition: 0,
-                    batches: split_and_validate(&bytes).unwrap(),
+                    batches: timestamps
+                        .iter()
+                        .flat_map(|ts| {
+                            split_and_validate(&build_test_batch(2, *ts, (-1, -1, -1))).unwrap()
+                        })
+                        .collect(),
                 }],
-            };
+            })
+            .collect();
+        for ticket in submitted {
             let outcome = pipeline.submit(ticket).await.await;
             assert!(matches!(outcome[0], PartitionOutcome::Committed { .. }));
         }
-        let reader = FetchReader::new(control, writer, cache);
-        let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
-        assert_eq!(plan.entries.len(), files as usize);
-        let started = tokio::time::Instant::now();
-        let data = reader.read(plan).await.unwrap();
-        let took = started.elapsed();
-        assert!(
-            took < Duration::from_millis(200),
-            "{files} cold files took {took:?} of simulated time: read one after another"
-        );
+        (
+            FetchReader::new(control, writer, cache),
+            topic,
+            counting,
+            model,
+        )
+    }
+
+    /// Batches of a fetch result in order: (base offset, first timestamp).
+    fn batches_of(data: &PartitionData) -> Vec<(i64, i64)> {
         let mut position = 0;
-        let mut next_offset = 0;
-        let mut timestamps = Vec::new();
+        let mut out = Vec::new();
         while position < data.records.len() {
             let header = BatchHeader::parse(&data.records[position..]).unwrap();
-            assert_eq!(header.base_offset, next_offset);
-            next_offset += header.offset_span();
-            timestamps.push(header.first_timestamp);
+            out.push((header.base_offset, header.first_timestamp));
             position += header.total_len();
         }
+        out
+    }
+
+    /// A plan over several cold files reads them concurrently: every file's GET is in flight at
+    /// the same time (counted at the store, not timed), and every batch still comes back in
+    /// offset order with its offset rewritten.
+    #[tokio::test(start_paused = true)]
+    async fn test_read_fetches_cold_files_concurrently_in_order() {
+        let files = 6;
+        let tickets: Vec<Vec<i64>> = (0..files).map(|i| vec![1_000 + i]).collect();
+        // A cache too small for any batch: every read goes to storage.
+        let (reader, topic, store, _) = partition_with(&tickets, 1, 0).await;
+        let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
+        assert_eq!(plan.entries.len(), files as usize);
+        let gets_before = store.gets.load(Ordering::SeqCst);
+        let data = reader.read(plan).await.unwrap();
         assert_eq!(
-            timestamps,
-            (0..files).map(|i| 1_000 + i).collect::<Vec<_>>()
+            store.gets.load(Ordering::SeqCst) - gets_before,
+            files as usize
+        );
+        assert_eq!(
+            store.most_in_flight.load(Ordering::SeqCst),
+            files as usize,
+            "the cold files were not all read at once"
+        );
+        let expected: Vec<(i64, i64)> = (0..files).map(|i| (2 * i, 1_000 + i)).collect();
+        assert_eq!(batches_of(&data), expected);
+    }
+
+    /// Batches produced together share a file and sit next to each other, and the produce path
+    /// caches each batch as its own range. A fetch of all of them must be served from those
+    /// per-batch cache entries (not coalesced into one file range the cache never holds): with
+    /// the bucket down, it still succeeds, and no GET reaches the store.
+    #[tokio::test(start_paused = true)]
+    async fn test_read_serves_adjacent_batches_of_one_file_from_the_cache() {
+        let tickets = vec![vec![1_000, 1_001, 1_002, 1_003]];
+        let (reader, topic, store, bucket) =
+            partition_with(&tickets, 1 << 20, 64 * 1024 * 1024).await;
+        let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
+        assert_eq!(plan.entries.len(), 4);
+        let files: std::collections::BTreeSet<_> =
+            plan.entries.iter().map(|(e, _)| e.file_id).collect();
+        assert_eq!(
+            files.len(),
+            1,
+            "the batches must share one file to be coalescible"
+        );
+        bucket.set_outage(true);
+        let gets_before = store.gets.load(Ordering::SeqCst);
+        let data = reader.read(plan).await.expect("served from the cache");
+        assert_eq!(
+            store.gets.load(Ordering::SeqCst),
+            gets_before,
+            "a GET went to storage"
+        );
+        assert_eq!(
+            batches_of(&data),
+            vec![(0, 1_000), (2, 1_001), (4, 1_002), (6, 1_003)]
         );
     }
 }

@@ -138,6 +138,19 @@ impl GroupCoordinator {
         self.lock().core.validate_commit(identity)
     }
 
+    /// Validates a commit and, if it is valid, runs `then` before any rebalance can end the
+    /// generation it was validated against: `then` sequences the commit, so a zombie's commit
+    /// either lands before the new generation's commits or is refused.
+    pub fn validate_commit_then<T>(
+        &self,
+        identity: &CommitIdentity,
+        then: impl FnOnce() -> T,
+    ) -> Result<T, GroupError> {
+        let mut inner = self.lock();
+        inner.core.validate_commit(identity)?;
+        Ok(then())
+    }
+
     pub fn list(&self) -> Vec<GroupListing> {
         self.lock().core.list()
     }
@@ -187,5 +200,53 @@ impl GroupCoordinator {
                 _ = self.wake.notified() => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use weir_common::ManualClock;
+
+    use super::*;
+
+    /// `then` (which sequences an OffsetCommit) runs before any other coordinator call can act:
+    /// a LeaveGroup (or a rebalance) issued meanwhile completes only after it. Before, validation
+    /// released the lock and the commit was sequenced later, so a rebalance could slip between.
+    #[tokio::test]
+    async fn test_service_commit_is_sequenced_before_a_concurrent_membership_change() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000));
+        let coordinator = GroupCoordinator::start(GroupSettings::default(), clock, 1);
+        let identity = CommitIdentity {
+            group_id: "g".into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        };
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let result = coordinator.validate_commit_then(&identity, || {
+            let other = coordinator.clone();
+            let log = events.clone();
+            let leaving = std::thread::spawn(move || {
+                let member = LeavingMember {
+                    member_id: "m".into(),
+                    group_instance_id: None,
+                };
+                let _ = other.leave("g", &[member]);
+                log.lock().unwrap().push("membership changed");
+            });
+            // Room for the other call to overtake, were the lock not held.
+            std::thread::sleep(Duration::from_millis(50));
+            events.lock().unwrap().push("commit sequenced");
+            leaving
+        });
+        let leaving = result.expect("a simple commit to an unknown group is valid");
+        leaving.join().unwrap();
+        assert_eq!(
+            *events.lock().unwrap(),
+            vec!["commit sequenced", "membership changed"]
+        );
     }
 }

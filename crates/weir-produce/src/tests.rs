@@ -882,3 +882,70 @@ async fn test_pipeline_write_through_cache_holds_fresh_batches() {
     }
     assert_eq!(h.cache.stats().hits, 4);
 }
+
+/// A request frame that records when its last reference is gone.
+struct TrackedFrame {
+    bytes: Vec<u8>,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AsRef<[u8]> for TrackedFrame {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for TrackedFrame {
+    fn drop(&mut self) {
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The write-through cache keeps copies of the batches, not slices of the request frame: a large
+/// frame with one small batch must not stay resident while the cache charges the batch alone.
+#[tokio::test(start_paused = true)]
+async fn test_pipeline_cache_does_not_pin_the_request_frame() {
+    let h = harness(vec![LatencyProfile::local()], 1, ProduceSettings::default()).await;
+    let topic = h
+        .control
+        .create_topic("pinned", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let batch = build_test_batch(1, 1_000, NO_PRODUCER);
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // One valid batch at the start of a 1 MiB frame.
+    let mut bytes = batch.to_vec();
+    bytes.resize(1024 * 1024, 0);
+    let frame = Bytes::from_owner(TrackedFrame {
+        bytes,
+        dropped: dropped.clone(),
+    });
+    let records = frame.slice(0..batch.len());
+    drop(frame);
+    let part = PartitionBatches {
+        topic_id: topic,
+        partition: 0,
+        batches: split_and_validate(&records).unwrap(),
+    };
+    drop(records);
+    let outcome = h.pipeline.submit(ticket(vec![part])).await.await;
+    assert_eq!(base_offset(&outcome[0]), 0);
+    assert_eq!(h.cache.stats().entries, 1, "the batch is cached");
+    // The pipeline may still drop its last references to the ticket after answering.
+    for _ in 0..100 {
+        if dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the cached batch keeps its 1 MiB request frame alive"
+    );
+    assert_eq!(
+        h.cache.stats().entries,
+        1,
+        "still cached after the frame is gone"
+    );
+}

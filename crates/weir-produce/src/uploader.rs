@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use object_store::path::Path;
 use object_store::PutPayload;
 use tracing::warn;
@@ -45,7 +46,9 @@ pub(crate) async fn upload(
         .iter()
         .flat_map(|section| &section.batches);
     for (location, bytes) in locations.zip(batch_parts) {
-        cache.insert_range(key, location.range(), bytes.clone());
+        // A batch is a slice of its request frame: cached as is, a tiny batch would keep the
+        // whole frame (up to max_frame_bytes) alive while the cache charged only the batch.
+        cache.insert_range(key, location.range(), Bytes::copy_from_slice(bytes));
     }
     Ok(holders)
 }

@@ -13,6 +13,7 @@ const LOG_OVERHEAD: usize = 12;
 const CRC_START: usize = 21;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
 pub enum Compression {
     None,
     Gzip,
@@ -57,6 +58,17 @@ pub struct BatchHeader {
     pub producer_epoch: i16,
     pub base_sequence: i32,
     pub records_count: i32,
+}
+
+impl Compression {
+    /// Every codec, in attribute order.
+    pub const ALL: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
 }
 
 impl BatchHeader {
@@ -192,6 +204,24 @@ pub fn rewrite_offsets(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
     batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
 }
 
+/// Recomputes the CRC32C of the batch at the start of `batch` after a change to a covered field.
+pub fn reseal(batch: &mut [u8]) {
+    let end = BatchHeader::parse(batch).map_or(batch.len(), |h| h.total_len().min(batch.len()));
+    let crc = crc32c::crc32c(&batch[CRC_START..end]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Sets a batch's timestamp type to LogAppendTime and its max timestamp to `append_time`, as
+/// Kafka does for `message.timestamp.type=LogAppendTime` topics (record deltas are left alone:
+/// consumers take every record's timestamp from the batch), and reseals the CRC.
+pub fn set_log_append_time(batch: &mut [u8], append_time: i64) {
+    debug_assert!(batch.len() >= RECORD_BATCH_HEADER_LEN);
+    let attributes = i16::from_be_bytes(field(batch, 21)) | 0x08;
+    batch[21..23].copy_from_slice(&attributes.to_be_bytes());
+    batch[35..43].copy_from_slice(&append_time.to_be_bytes());
+    reseal(batch);
+}
+
 /// Test helper and tool for building a minimal valid batch with `count` empty-bodied records.
 pub fn build_test_batch(count: i32, first_timestamp: i64, producer: (i64, i16, i32)) -> Bytes {
     use bytes::BufMut;
@@ -199,13 +229,13 @@ pub fn build_test_batch(count: i32, first_timestamp: i64, producer: (i64, i16, i
     for delta in 0..count {
         // Record: length varint, attributes, timestamp delta, offset delta, key len -1, value len 1, value, headers 0.
         let mut body = vec![0u8];
-        push_varint(&mut body, 0);
-        push_varint(&mut body, i64::from(delta));
-        push_varint(&mut body, -1);
-        push_varint(&mut body, 1);
+        crate::records::write_varint(&mut body, 0);
+        crate::records::write_varint(&mut body, i64::from(delta));
+        crate::records::write_varint(&mut body, -1);
+        crate::records::write_varint(&mut body, 1);
         body.push(b'x');
-        push_varint(&mut body, 0);
-        push_varint(&mut records, body.len() as i64);
+        crate::records::write_varint(&mut body, 0);
+        crate::records::write_varint(&mut records, body.len() as i64);
         records.extend_from_slice(&body);
     }
     let mut out = bytes::BytesMut::new();
@@ -226,19 +256,6 @@ pub fn build_test_batch(count: i32, first_timestamp: i64, producer: (i64, i16, i
     let crc = crc32c::crc32c(&out[CRC_START..]);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
     out.freeze()
-}
-
-fn push_varint(out: &mut Vec<u8>, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    loop {
-        let byte = (zigzag & 0x7f) as u8;
-        zigzag >>= 7;
-        if zigzag == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
 }
 
 #[cfg(test)]

@@ -76,9 +76,20 @@ pub async fn read_frame_body<R: AsyncRead + Unpin>(
     reader: &mut R,
     len: usize,
 ) -> Result<Bytes, FrameError> {
+    read_frame_rest(reader, &[], len).await
+}
+
+/// Reads the rest of a `len`-byte body whose first bytes, `head`, the caller has read already
+/// (to learn the API key before deciding what the request may cost).
+pub async fn read_frame_rest<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    head: &[u8],
+    len: usize,
+) -> Result<Bytes, FrameError> {
     // Read into spare capacity: zeroing a buffer the socket is about to fill cost ~5 % of the
     // agent's CPU at full produce rate (weir bench profile).
     let mut body = BytesMut::with_capacity(len);
+    body.extend_from_slice(&head[..head.len().min(len)]);
     while body.len() < len {
         let remaining = len - body.len();
         let read = reader.read_buf(&mut (&mut body).limit(remaining)).await?;

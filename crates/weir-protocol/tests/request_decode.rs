@@ -525,16 +525,27 @@ fn test_huge_array_length_in_tiny_frame_is_rejected() {
     );
 }
 
-/// Writes one valid frame per served (API, version) as a seed corpus for the libFuzzer target
-/// when `WEIR_FUZZ_SEED_DIR` is set (see `fuzz/README.md`); otherwise does nothing.
+/// Writes one valid frame per served (API, version) as a seed corpus for the libFuzzer target:
+/// into `WEIR_FUZZ_SEED_DIR` when set (`.ci/run` and `fuzz/README.md` use this), otherwise into a
+/// temporary directory. Either way the written files are read back and must be exactly the valid
+/// frames, each decoding as dispatch would, so the corpus the fuzzers start from is checked.
 #[test]
-fn test_write_fuzz_seed_corpus_when_asked() {
-    let Some(dir) = std::env::var_os("WEIR_FUZZ_SEED_DIR") else {
-        return;
-    };
-    let dir = std::path::PathBuf::from(dir);
+fn test_write_fuzz_seed_corpus_writes_every_served_version() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("WEIR_FUZZ_SEED_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| temp.path().to_path_buf());
     std::fs::create_dir_all(&dir).unwrap();
     for (key, version, frame) in valid_frames() {
         std::fs::write(dir.join(format!("{key:?}-v{version}")), frame).unwrap();
+    }
+    for (key, version, frame) in valid_frames() {
+        let written = std::fs::read(dir.join(format!("{key:?}-v{version}"))).unwrap();
+        assert_eq!(written, frame.as_ref(), "{key:?} v{version}");
+        assert_eq!(
+            decode_like_dispatch(Bytes::from(written)),
+            Outcome::Decoded,
+            "{key:?} v{version}"
+        );
     }
 }

@@ -4,14 +4,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use weir_common::Clock;
 use weir_control::ControlPlane;
 use weir_fetch::FetchReader;
 use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
 use weir_produce::ProducePipeline;
 
+use crate::handlers::record_checks::ProduceValidation;
 use crate::memory::ResponseBudget;
+use crate::request_memory::RequestMemory;
 
 /// Kafka-facing settings of an agent.
 #[derive(Debug, Clone)]
@@ -38,12 +39,19 @@ pub struct BrokerSettings {
     /// A connection that sends no request for this long is closed, and so is one whose client
     /// has not read a response for this long (Kafka's `connections.max.idle.ms`).
     pub connections_max_idle: Duration,
+    /// A request's body must arrive within this long of its length (and its memory charge is
+    /// held meanwhile); a client that stalls mid-request is disconnected.
+    pub request_read_timeout: Duration,
     /// Upper bound on one fetch response, whatever the client asks for.
     pub max_fetch_bytes: usize,
     /// Upper bound on fetch long-poll time.
     pub max_fetch_wait: Duration,
     /// Consumer group coordinator limits (session timeout bounds, group size).
     pub groups: GroupSettings,
+    /// How much of each produced batch is decoded (`produce.validation`).
+    pub produce_validation: ProduceValidation,
+    /// Largest decompressed records section of one batch (decompression-bomb bound).
+    pub max_decompressed_bytes: usize,
 }
 
 impl Default for BrokerSettings {
@@ -62,9 +70,12 @@ impl Default for BrokerSettings {
             max_inflight_request_bytes: 512 * 1024 * 1024,
             max_inflight_fetch_bytes: 512 * 1024 * 1024,
             connections_max_idle: Duration::from_secs(600),
+            request_read_timeout: Duration::from_secs(30),
             max_fetch_bytes: 64 * 1024 * 1024,
             max_fetch_wait: Duration::from_secs(30),
             groups: GroupSettings::default(),
+            produce_validation: ProduceValidation::default(),
+            max_decompressed_bytes: 32 * 1024 * 1024,
         }
     }
 }
@@ -79,8 +90,8 @@ pub struct Broker {
     /// The consumer group coordinator for the groups placed on this agent.
     pub groups: GroupCoordinator,
     pub clock: Arc<dyn Clock>,
-    pub(crate) memory: Arc<Semaphore>,
-    pub(crate) memory_capacity: usize,
+    /// Request bytes held across all connections (frames read, decoded, not yet answered).
+    pub(crate) request_memory: Arc<RequestMemory>,
     /// Fetch response bytes held across all connections (built, or waiting for the socket);
     /// a budget of its own so that clients that never read cannot starve produce requests.
     pub(crate) fetch_memory: Arc<ResponseBudget>,
@@ -96,14 +107,13 @@ impl Broker {
         clock: Arc<dyn Clock>,
         seed: u64,
     ) -> Self {
-        // u32 permits per acquire: the budget stays below 4 GiB.
-        let permits = settings
+        // At least one largest frame fits, or such a frame could never be admitted.
+        let request_bytes = settings
             .max_inflight_request_bytes
-            .clamp(settings.max_frame_bytes, u32::MAX as usize);
+            .max(settings.max_frame_bytes);
         let groups = GroupCoordinator::start(settings.groups.clone(), clock.clone(), seed);
         Self {
-            memory: Arc::new(Semaphore::new(permits)),
-            memory_capacity: permits,
+            request_memory: RequestMemory::new(request_bytes),
             fetch_memory: ResponseBudget::new(settings.max_inflight_fetch_bytes),
             settings,
             control,

@@ -2,23 +2,26 @@
 //! that sends responses strictly in request order (ORD-3).
 //!
 //! The reader never waits for a response before reading the next request, so a connection can
-//! have up to `max_inflight_per_connection` requests in flight (produce pipelining). Each request
-//! holds memory permits for its frame size until its response is built.
+//! have up to `max_inflight_per_connection` requests in flight (produce pipelining); each request
+//! still takes effect in request order (`order.rs`). Each request holds a charge on the request
+//! memory (`request_memory.rs`) from before its body is read until its response is built.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
-use weir_protocol::frame::{read_frame_body, read_frame_len, FrameError};
+use weir_protocol::frame::{read_frame_len, read_frame_rest, FrameError};
 
 use crate::broker::Broker;
 use crate::dispatch::{dispatch, Dispatched};
+use crate::order::{Order, Sequencer};
+use crate::request_memory::MemoryCharge;
 
 /// A response slot: `None` when the request gets no response (acks=0). The permit, for fetches,
 /// is released only once the response is written, so a client that never reads its socket holds
@@ -27,7 +30,8 @@ use crate::dispatch::{dispatch, Dispatched};
 /// all such clients together hold.
 type ResponseSlot = (JoinHandle<Option<Bytes>>, Option<OwnedSemaphorePermit>);
 
-const FETCH_API_KEY: [u8; 2] = [0, 1];
+const PRODUCE_API_KEY: i16 = 0;
+const FETCH_API_KEY: i16 = 1;
 
 pub(crate) async fn serve(
     broker: Arc<Broker>,
@@ -83,12 +87,13 @@ async fn read_requests(
     // Kafka clients keep one fetch in flight per connection; more would only let a reader that
     // never drains its socket pile up fetch responses.
     let fetches = Arc::new(tokio::sync::Semaphore::new(1));
+    let mut sequencer = Sequencer::new();
     loop {
         let frame = tokio::select! {
             _ = shutdown.changed() => return,
-            frame = read_one(&broker, &mut reader) => frame,
+            frame = read_one(&broker, &mut reader, peer) => frame,
         };
-        let (frame, permit) = match frame {
+        let (frame, charge) = match frame {
             Ok(Some(pair)) => pair,
             Ok(None) => return,
             Err(err) => {
@@ -96,7 +101,10 @@ async fn read_requests(
                 return;
             }
         };
-        let fetch_permit = if frame.get(0..2) == Some(&FETCH_API_KEY[..]) {
+        let api_key = frame
+            .get(0..2)
+            .map_or(-1, |key| i16::from_be_bytes([key[0], key[1]]));
+        let fetch_permit = if api_key == FETCH_API_KEY {
             match fetches.clone().acquire_owned().await {
                 Ok(permit) => Some(permit),
                 Err(_) => return,
@@ -104,11 +112,21 @@ async fn read_requests(
         } else {
             None
         };
+        let order = Order::of(api_key);
+        if let Some(gate) = sequencer.before_dispatch(order) {
+            // A produce enters the pipeline only after the non-produce requests before it took
+            // effect (CreateTopics, AlterConfigs); produces before it may still be in flight.
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = gate.wait() => {}
+            }
+        }
         match dispatch(&broker, frame, peer).await {
             Dispatched::Respond(work) => {
+                let turn = sequencer.next(order);
                 let handle = tokio::spawn(async move {
-                    let response = work.await;
-                    drop(permit);
+                    let response = turn.run(work).await;
+                    drop(charge);
                     response
                 });
                 if slots.send((handle, fetch_permit)).await.is_err() {
@@ -125,15 +143,20 @@ async fn read_requests(
 
 /// Decoding a request can take this many times its wire size in memory: a 4-byte array element
 /// (an empty topic name) becomes a ~72-byte struct. Produce is exempt: its record bytes are kept
-/// as zero-copy slices of the frame.
+/// as slices of the frame.
 const DECODE_AMPLIFICATION: usize = 40;
 
-/// Reads one frame once memory permits for its declared size are available. Requests other than
-/// Produce must fit `max_nonproduce_frame_bytes` and are charged for their decoded size.
+/// Reads one frame, charged to the request memory for what it may cost.
+///
+/// The API key is read first (two bytes), so the whole charge is known and taken at once before
+/// the body is read: a request never holds memory while waiting for more memory. The body must
+/// then arrive within `request_read_timeout`; a client that declares a large frame and sends
+/// nothing loses its connection and returns its charge.
 async fn read_one(
     broker: &Broker,
     reader: &mut OwnedReadHalf,
-) -> Result<Option<(Bytes, OwnedSemaphorePermit)>, FrameError> {
+    peer: SocketAddr,
+) -> Result<Option<(Bytes, MemoryCharge)>, FrameError> {
     let idle = broker.settings.connections_max_idle;
     let Ok(len) = tokio::time::timeout(
         idle,
@@ -141,16 +164,25 @@ async fn read_one(
     )
     .await
     else {
-        debug!(?idle, "no request for the idle period, closing connection");
+        debug!(%peer, ?idle, "no request for the idle period, closing connection");
         return Ok(None);
     };
     let Some(len) = len? else {
         return Ok(None);
     };
-    let mut permit = acquire(broker, len).await?;
-    let body = read_frame_body(reader, len).await?;
-    let is_produce = body.get(0..2) == Some(&[0, 0][..]);
-    if !is_produce {
+    let deadline = broker.settings.request_read_timeout;
+    let mut api_key = [0u8; 2];
+    match tokio::time::timeout(deadline, reader.read_exact(&mut api_key)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => return Err(FrameError::Truncated),
+        Err(_) => {
+            warn!(%peer, ?deadline, len, "request not received in time, closing connection");
+            return Ok(None);
+        }
+    }
+    let charge = if i16::from_be_bytes(api_key) == PRODUCE_API_KEY {
+        len
+    } else {
         let limit = broker.settings.max_nonproduce_frame_bytes;
         if len > limit {
             return Err(FrameError::TooLarge {
@@ -158,19 +190,14 @@ async fn read_one(
                 max: limit,
             });
         }
-        permit.merge(acquire(broker, len.saturating_mul(DECODE_AMPLIFICATION - 1)).await?);
+        len.saturating_mul(DECODE_AMPLIFICATION)
+    };
+    let charge = broker.request_memory.take(charge).await;
+    match tokio::time::timeout(deadline, read_frame_rest(reader, &api_key, len)).await {
+        Ok(body) => Ok(Some((body?, charge))),
+        Err(_) => {
+            warn!(%peer, ?deadline, len, "request body not received in time, closing connection");
+            Ok(None)
+        }
     }
-    Ok(Some((body, permit)))
-}
-
-/// Takes `bytes` from the agent-wide memory budget, never more than the whole budget.
-async fn acquire(broker: &Broker, bytes: usize) -> Result<OwnedSemaphorePermit, FrameError> {
-    let wanted = bytes.min(broker.memory_capacity);
-    let permits = u32::try_from(wanted).unwrap_or(u32::MAX);
-    broker
-        .memory
-        .clone()
-        .acquire_many_owned(permits)
-        .await
-        .map_err(|_| FrameError::Truncated)
 }

@@ -18,7 +18,9 @@ use crate::handlers;
 pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
 
 pub(crate) enum Dispatched {
-    /// The response (or `None` for acks=0), produced in the background.
+    /// The response (or `None` for acks=0), produced in the background. Nothing of the request
+    /// has happened yet when this is returned, except a produce's entry into the pipeline: the
+    /// connection runs the future in the request's turn (`order.rs`).
     Respond(ResponseFuture),
     /// The request cannot be answered in a way the client understands: close the connection.
     Close(String),
@@ -110,55 +112,55 @@ async fn route(
     let broker = broker.clone();
     match request {
         RequestKind::ApiVersions(_) => ready(api_versions::handle(context)),
-        RequestKind::FindCoordinator(request) => {
-            ready(coordinator::find_coordinator(&broker, context, request))
-        }
+        RequestKind::FindCoordinator(request) => lazy(broker, move |broker| {
+            coordinator::find_coordinator(&broker, context, request)
+        }),
         RequestKind::JoinGroup(request) => {
             spawn(membership::join_group(broker, context, caller, request))
         }
         RequestKind::SyncGroup(request) => spawn(membership::sync_group(broker, context, request)),
-        RequestKind::Heartbeat(request) => ready(membership::heartbeat(&broker, context, request)),
-        RequestKind::LeaveGroup(request) => {
-            ready(membership::leave_group(&broker, context, request))
-        }
+        RequestKind::Heartbeat(request) => lazy(broker, move |broker| {
+            membership::heartbeat(&broker, context, request)
+        }),
+        RequestKind::LeaveGroup(request) => lazy(broker, move |broker| {
+            membership::leave_group(&broker, context, request)
+        }),
         RequestKind::OffsetCommit(request) => {
             spawn(group_offsets::offset_commit(broker, context, request))
         }
-        RequestKind::OffsetFetch(request) => {
-            ready(group_offsets::offset_fetch(&broker, context, request))
-        }
+        RequestKind::OffsetFetch(request) => lazy(broker, move |broker| {
+            group_offsets::offset_fetch(&broker, context, request)
+        }),
         RequestKind::OffsetDelete(request) => {
             spawn(group_offsets::offset_delete(broker, context, request))
         }
-        RequestKind::ListGroups(request) => {
-            ready(group_admin::list_groups(&broker, context, request))
-        }
-        RequestKind::DescribeGroups(request) => {
-            ready(group_admin::describe_groups(&broker, context, request))
-        }
+        RequestKind::ListGroups(request) => lazy(broker, move |broker| {
+            group_admin::list_groups(&broker, context, request)
+        }),
+        RequestKind::DescribeGroups(request) => lazy(broker, move |broker| {
+            group_admin::describe_groups(&broker, context, request)
+        }),
         RequestKind::DeleteGroups(request) => {
             spawn(group_admin::delete_groups(broker, context, request))
         }
         RequestKind::Produce(request) => produce::handle(broker, context, request).await,
         RequestKind::Fetch(request) => spawn(fetch::handle(broker, context, request)),
         RequestKind::Metadata(request) => spawn(metadata::handle(broker, context, request)),
-        RequestKind::ListOffsets(request) => {
-            ready(offsets::list_offsets(&broker, context, request))
-        }
-        RequestKind::OffsetForLeaderEpoch(request) => {
-            ready(offsets::offset_for_leader_epoch(&broker, context, request))
-        }
+        RequestKind::ListOffsets(request) => spawn(offsets::list_offsets(broker, context, request)),
+        RequestKind::OffsetForLeaderEpoch(request) => lazy(broker, move |broker| {
+            offsets::offset_for_leader_epoch(&broker, context, request)
+        }),
         RequestKind::CreateTopics(request) => spawn(admin::create_topics(broker, context, request)),
         RequestKind::DeleteTopics(request) => spawn(admin::delete_topics(broker, context, request)),
         RequestKind::CreatePartitions(request) => {
             spawn(admin::create_partitions(broker, context, request))
         }
-        RequestKind::DescribeConfigs(request) => {
-            ready(configs::describe_configs(&broker, context, request))
-        }
-        RequestKind::DescribeCluster(request) => {
-            ready(admin::describe_cluster(&broker, context, request))
-        }
+        RequestKind::DescribeConfigs(request) => lazy(broker, move |broker| {
+            configs::describe_configs(&broker, context, request)
+        }),
+        RequestKind::DescribeCluster(request) => lazy(broker, move |broker| {
+            admin::describe_cluster(&broker, context, request)
+        }),
         RequestKind::InitProducerId(request) => {
             spawn(admin::init_producer_id(broker, context, request))
         }
@@ -171,4 +173,13 @@ async fn route(
 
 fn spawn(work: impl Future<Output = Option<Bytes>> + Send + 'static) -> Dispatched {
     Dispatched::Respond(Box::pin(work))
+}
+
+/// A synchronous handler, run when the connection gives the request its turn (not now: the
+/// requests before it may not have taken effect yet).
+fn lazy(
+    broker: Arc<Broker>,
+    handler: impl FnOnce(Arc<Broker>) -> Option<Bytes> + Send + 'static,
+) -> Dispatched {
+    Dispatched::Respond(Box::pin(async move { handler(broker) }))
 }

@@ -10,9 +10,12 @@ mod connection;
 mod dispatch;
 mod handlers;
 mod memory;
+mod order;
+mod request_memory;
 mod server;
 #[cfg(test)]
 mod tests;
 
 pub use broker::{Broker, BrokerSettings};
+pub use handlers::record_checks::ProduceValidation;
 pub use server::Server;

@@ -9,7 +9,10 @@
 //!
 //! A fetch never waits for the budget: it takes what is free, up to what it wants, and reads
 //! fewer bytes when little is free. Only its first batch is taken even when nothing is free, so a
-//! consumer always makes progress (KIP-74) while clients that do not read hold the rest.
+//! consumer makes progress (KIP-74) while clients that do not read hold the rest. Those
+//! first batches are bounded too, agent-wide: together they may exceed the capacity by at most
+//! half of it, or by one first batch when no other is over the capacity; a fetch whose first
+//! batch does not fit reads nothing this time (it long-polls and tries again).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -68,8 +71,33 @@ impl Grant {
         self.bytes
     }
 
+    /// Holds exactly `bytes` if the budget allows a fetch's first batch that much: returns what
+    /// it held beyond that, or takes the difference past the capacity while the over-capacity
+    /// total stays within half the capacity (or while nothing else is over it). `false`, and
+    /// nothing changed, when it does not fit.
+    pub(crate) fn try_resize_first_batch(&mut self, bytes: usize) -> bool {
+        if bytes <= self.bytes {
+            self.resize(bytes);
+            return true;
+        }
+        let extra = bytes - self.bytes;
+        let capacity = self.budget.capacity;
+        let overdraft = capacity / 2;
+        let grown = self
+            .budget
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                let fits = used + extra <= capacity + overdraft || used <= capacity;
+                fits.then_some(used + extra)
+            });
+        if grown.is_ok() {
+            self.bytes = bytes;
+        }
+        grown.is_ok()
+    }
+
     /// Holds exactly `bytes`: returns what it held beyond that, or takes the difference whether
-    /// or not the budget has room for it. Callers grow a grant only by a fetch's first batch.
+    /// or not the budget has room for it.
     pub(crate) fn resize(&mut self, bytes: usize) {
         if bytes > self.bytes {
             self.budget
@@ -152,6 +180,31 @@ mod tests {
         drop(full);
         assert_eq!(budget.take_up_to(200).bytes(), 90);
         drop(first_batch);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn test_first_batches_over_capacity_are_bounded_agent_wide() {
+        let budget = ResponseBudget::new(100);
+        let full = budget.take_up_to(100);
+        // Nothing over the capacity yet: one first batch fits whatever its size.
+        let mut big = budget.take_up_to(0);
+        assert!(big.try_resize_first_batch(80));
+        assert_eq!(budget.used(), 180);
+        // Now over the capacity by 80 > 50: another first batch waits its turn.
+        let mut second = budget.take_up_to(0);
+        assert!(!second.try_resize_first_batch(10));
+        assert_eq!((second.bytes(), budget.used()), (0, 180));
+        drop(big);
+        // Over by nothing: small first batches fit up to half the capacity over it.
+        assert!(second.try_resize_first_batch(30));
+        let mut third = budget.take_up_to(0);
+        assert!(third.try_resize_first_batch(20));
+        let mut fourth = budget.take_up_to(0);
+        assert!(!fourth.try_resize_first_batch(1), "150 is the limit");
+        assert!(third.try_resize_first_batch(5), "shrinking always works");
+        assert_eq!(budget.used(), 135);
+        drop((full, second, third, fourth));
         assert_eq!(budget.used(), 0);
     }
 

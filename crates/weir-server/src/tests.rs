@@ -1,6 +1,10 @@
 //! Fetch response memory: responses that clients do not read stay within the agent-wide budget
 //! (plus one first batch each), every fetch still returns at least one batch, and a response's
 //! memory is returned once the connection has written it.
+//!
+//! Tests that wait for time to pass run on Tokio's paused clock (`start_paused`): the clock moves
+//! only when every task is blocked, so a sleep there means "once the agent has done everything
+//! it can", and timeouts fire in a fixed order, whatever the machine's speed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,8 +12,10 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{
     encode_request_header_into_buffer, Decodable, Encodable, HeaderVersion, StrBytes,
@@ -28,7 +34,7 @@ use weir_produce::{
 use weir_protocol::batch::{build_test_batch, split_and_validate};
 use weir_storage::{QuorumWriter, ReadCache};
 
-use crate::dispatch::RequestContext;
+use crate::dispatch::{dispatch, Dispatched, RequestContext};
 use crate::handlers::fetch;
 use crate::{Broker, BrokerSettings, Server};
 
@@ -154,33 +160,53 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
     // Responses nobody writes out, as for clients that never read their sockets. Each asks for
     // everything (2 GiB); the partition holds 40 batches (~640 KiB), more than the budget.
     let mut held = Vec::new();
+    let mut starved = 0;
     for i in 0..30 {
         let frame = fetch::handle(broker.clone(), context(i), fetch_request(0, i32::MAX))
             .await
             .expect("a response");
         let records = records_in(frame.clone());
-        assert!(
-            records >= batch,
-            "fetch {i} got {records} bytes, less than a batch"
-        );
         assert_eq!(records % batch, 0);
+        if records == 0 {
+            // Only once first batches over the budget reach half of it (agent-wide bound).
+            assert!(
+                broker.fetch_memory.used() + 2 * batch > budget + budget / 2,
+                "fetch {i} got nothing with {} in use",
+                broker.fetch_memory.used()
+            );
+            starved += 1;
+        }
         held.push(frame);
         let in_use = broker.fetch_memory.used();
-        let frames: usize = held.iter().map(Bytes::len).sum();
+        // Responses without records are a few header bytes, charged nothing.
+        let frames: usize = held
+            .iter()
+            .filter(|frame| records_in((*frame).clone()) > 0)
+            .map(Bytes::len)
+            .sum();
         // Each held response is charged at least its size, and all together stay within the
-        // budget plus two copies of one first batch per response.
+        // budget plus half of it for first batches.
         assert!(frames <= in_use, "{frames} bytes held, {in_use} charged");
         assert!(
-            in_use <= budget + held.len() * 2 * batch,
+            in_use <= budget + budget / 2,
             "{in_use} bytes in use after {} responses, budget {budget}",
             held.len()
         );
     }
     // The first response read what the budget allowed; once it is used up, fetches read one
-    // batch each (KIP-74) instead of failing or waiting.
+    // batch each (KIP-74) until those first batches reach half the budget, then nothing (they
+    // long-poll and try again) instead of growing the agent's memory with every connection.
     assert!(records_in(held[0].clone()) > batch);
     assert!(records_in(held[0].clone()) <= budget / 2);
-    assert_eq!(records_in(held[29].clone()), batch);
+    assert!(
+        held.iter().any(|frame| records_in(frame.clone()) == batch),
+        "no fetch got exactly its first batch past the budget"
+    );
+    assert!(
+        starved > 0,
+        "30 unread fetches never reached the first-batch bound"
+    );
+    assert_eq!(records_in(held[29].clone()), 0);
     drop(held);
     assert_eq!(
         broker.fetch_memory.used(),
@@ -193,7 +219,7 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
     assert!(records_in(frame) > batch, "the whole budget is free again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
     let (broker, _) = broker_with_data(256 * 1024, SMALL_BATCH_RECORDS, 4).await;
     let hw = 4 * i64::from(SMALL_BATCH_RECORDS);
@@ -202,7 +228,9 @@ async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
         context(1),
         fetch_request(hw, i32::MAX).with_max_wait_ms(200),
     ));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Paused clock: this returns once the fetch is parked in its long poll, 100 ms into 200.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!polling.is_finished(), "the fetch did not wait for data");
     assert_eq!(broker.fetch_memory.used(), 0);
     let frame = polling.await.unwrap().unwrap();
     assert_eq!(records_in(frame), 0);
@@ -243,12 +271,21 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Request memory (`kafka.max_inflight_request_bytes`) held by frames read but not yet handled.
+fn request_memory_in_use(broker: &Broker) -> usize {
+    broker.request_memory.used()
+}
+
+#[tokio::test(start_paused = true)]
 async fn test_connection_holds_response_memory_until_the_client_reads() {
     // Responses larger than what the kernel's socket buffers absorb (up to 4 MiB on loopback):
-    // 512 KiB batches, 48 of them, and an 16 MiB budget, so a response is up to 8 MiB.
-    let budget = 16 * 1024 * 1024;
-    let (broker, batch) = broker_with_data(budget, 64 * 1024, 48).await;
+    // 512 KiB batches, 48 of them (24 MiB), and a 64 MiB budget, so one response holds the whole
+    // partition and two would still fit the budget: only one fetch at a time per connection
+    // keeps the second one from being built.
+    let budget = 64 * 1024 * 1024;
+    let batches = 48;
+    let (broker, batch) = broker_with_data(budget, 64 * 1024, batches).await;
+    let partition = batches * batch;
     let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
     let addr = server.local_addr().unwrap();
     let (stop, stop_rx) = watch::channel(false);
@@ -265,10 +302,20 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
         broker.fetch_memory.used() > 0
     })
     .await;
-    // Its second fetch waits for the first response to be written: one response is charged.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Its second fetch has been read (its frame holds request memory) and waits for the first
+    // response to be written. On the paused clock the sleep returns only once the agent has
+    // done all it can: had the second fetch gone ahead, its frame's memory would be released
+    // and a second whole-partition response charged by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        request_memory_in_use(&broker) > 0,
+        "the second fetch was handled while the first response was unread"
+    );
     let pinned = broker.fetch_memory.used();
-    assert!(pinned > 2 * batch && pinned <= budget, "{pinned}");
+    assert!(
+        pinned >= partition && pinned < 2 * partition,
+        "{pinned} bytes charged for one response of a {partition}-byte partition"
+    );
 
     // Another client is served meanwhile, with what is left of the budget (or one batch).
     let mut client = TcpStream::connect(addr).await.unwrap();
@@ -286,8 +333,8 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
     // Once the slow client reads, both of its responses are written and their memory returned.
     let first = read_response(&mut slow).await;
     let second = read_response(&mut slow).await;
-    assert!(records_in(first) >= batch);
-    assert!(records_in(second) >= batch);
+    assert_eq!(records_in(first), partition);
+    assert_eq!(records_in(second), partition);
     wait_for("the written responses' memory", || {
         broker.fetch_memory.used() == 0
     })
@@ -299,8 +346,10 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
 }
 
 /// `connections_max_idle`: a connection that sends nothing is closed, and so is one whose client
-/// stops reading a response — which returns the response memory it pinned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// stops reading a response — which returns the response memory it pinned. A client that sends
+/// a request every half idle period is never closed. Paused clock: the idle timeouts and the
+/// client's pauses happen in simulated time, in a fixed order.
+#[tokio::test(start_paused = true)]
 async fn test_idle_and_unread_connections_are_closed() {
     let budget = 16 * 1024 * 1024;
     let idle = Duration::from_millis(300);
@@ -310,13 +359,20 @@ async fn test_idle_and_unread_connections_are_closed() {
     let (stop, stop_rx) = watch::channel(false);
     let serving = tokio::spawn(server.run(stop_rx));
 
-    // Sends nothing: the agent closes it (the read sees end of stream).
+    // Sends nothing: the agent closes it (the read sees end of stream) after the idle period,
+    // not before.
     let mut quiet = TcpStream::connect(addr).await.unwrap();
+    let opened = tokio::time::Instant::now();
     let mut byte = [0u8; 1];
     let read = tokio::time::timeout(WAIT, quiet.read(&mut byte))
         .await
         .expect("an idle connection was not closed");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        opened.elapsed() >= idle,
+        "closed after {:?}",
+        opened.elapsed()
+    );
 
     // Asks for a response larger than the socket buffers and never reads it.
     let socket = TcpSocket::new_v4().unwrap();
@@ -335,18 +391,79 @@ async fn test_idle_and_unread_connections_are_closed() {
     })
     .await;
 
-    // A client that keeps talking is not affected.
+    // A client that keeps talking is not affected: six requests half an idle period apart span
+    // three idle periods.
     let mut client = TcpStream::connect(addr).await.unwrap();
-    for i in 0..3 {
+    for i in 0..6 {
         client
             .write_all(&encode_fetch(10 + i, &fetch_request(0, 1024)))
             .await
             .unwrap();
-        let _ = read_response(&mut client).await;
+        assert!(records_in(read_response(&mut client).await) > 0);
         tokio::time::sleep(idle / 2).await;
     }
 
     stop.send(true).unwrap();
     drop((quiet, stuck, client));
     serving.await.unwrap();
+}
+
+/// One request through `dispatch` (as a connection would hand it over); returns the response
+/// body after the length prefix, correlation id and (flexible versions) header tags.
+async fn roundtrip<R: Encodable>(
+    broker: &Arc<Broker>,
+    key: ApiKey,
+    version: i16,
+    request: &R,
+    response_header_version: i16,
+) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(5)
+        .with_client_id(Some(StrBytes::from_static_str("weir-test")));
+    let mut frame = BytesMut::new();
+    encode_request_header_into_buffer(&mut frame, &header).unwrap();
+    request.encode(&mut frame, version).unwrap();
+    let peer = "127.0.0.1:1".parse().unwrap();
+    let Dispatched::Respond(work) = dispatch(broker, frame.freeze(), peer).await else {
+        panic!("{key:?} v{version}: the connection was closed");
+    };
+    let mut response = work.await.expect("a response");
+    response.advance(4);
+    assert_eq!(response.get_i32(), 5, "correlation id");
+    if response_header_version >= 1 {
+        response.advance(1); // no tagged fields
+    }
+    response
+}
+
+/// docs/compatibility.md: "agent shutting down → NOT_LEADER_OR_FOLLOWER (6)". Once the control
+/// plane has shut down (the last step of a graceful stop), a produce and an InitProducerId are
+/// answered with 6, retriable for clients, rather than a generic error or no answer.
+#[tokio::test(start_paused = true)]
+async fn test_produce_and_init_producer_id_while_shutting_down() {
+    let (broker, _) = broker_with_data(1024 * 1024, 2, 1).await;
+    broker.control.shutdown().await;
+
+    let records = build_test_batch(2, 1_000, (-1, -1, -1));
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let mut body = roundtrip(&broker, ApiKey::Produce, 8, &request, 0).await;
+    let response = ProduceResponse::decode(&mut body, 8).unwrap();
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 6, "{response:?}");
+
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let mut body = roundtrip(&broker, ApiKey::InitProducerId, 1, &request, 0).await;
+    let response = InitProducerIdResponse::decode(&mut body, 1).unwrap();
+    assert_eq!(response.error_code, 6, "{response:?}");
 }

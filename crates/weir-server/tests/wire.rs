@@ -96,9 +96,12 @@ async fn test_produce_acks_zero_no_response_but_committed() {
     let agent = Agent::start_default().await;
     agent.create_topic("fire", 1).await;
     let mut client = agent.connect().await;
-    client
-        .send(PRODUCE_VERSION, &produce("fire", 0, records(&[2, 3]), 0))
-        .await;
+    // Produce v3+ carries one batch per partition: two requests, both fire-and-forget.
+    for count in [2, 3] {
+        client
+            .send(PRODUCE_VERSION, &produce("fire", 0, records(&[count]), 0))
+            .await;
+    }
     let fetch_correlation = client
         .send(FETCH_VERSION, &fetch("fire", 0, 0, 30_000))
         .await;
@@ -170,7 +173,7 @@ async fn test_fetch_long_poll_woken_by_commit_not_deadline() {
 
     let mut producer = agent.connect().await;
     let response = producer
-        .call(PRODUCE_VERSION, &produce("wake", 0, records(&[1, 1]), 1))
+        .call(PRODUCE_VERSION, &produce("wake", 0, records(&[2]), 1))
         .await;
     assert_eq!(produce_result(&response), (0, 0));
     // `recv` panics after the hang guard, far below the fetch's own wait.
@@ -195,6 +198,25 @@ async fn test_fetch_unknown_topic_answers_without_waiting() {
         .call(FETCH_VERSION, &fetch("missing", 0, 0, i32::MAX))
         .await;
     assert_eq!(response.responses[0].partitions[0].error_code, 3);
+}
+
+/// `min_bytes = 0` answers at once, with no data, instead of long-polling for `max_wait_ms`
+/// (as in Kafka). The hang guard (60 s) is far below the hour the fetch may wait.
+#[tokio::test]
+async fn test_fetch_min_bytes_zero_answers_without_waiting() {
+    let settings = BrokerSettings {
+        max_fetch_wait: Duration::from_secs(3_600),
+        ..BrokerSettings::default()
+    };
+    let agent = Agent::start(settings, ProduceSettings::default()).await;
+    agent.create_topic("empty", 1).await;
+    let mut client = agent.connect().await;
+    let request = fetch("empty", 0, 0, i32::MAX).with_min_bytes(0);
+    let response = client.call(FETCH_VERSION, &request).await;
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    assert_eq!(partition.high_watermark, 0);
+    assert!(partition.records.as_ref().is_none_or(|r| r.is_empty()));
 }
 
 /// Fetches pipelined on one connection are served one at a time (the next waits for the previous

@@ -11,7 +11,9 @@ use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
 use weir_produce::{ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
-use weir_storage::{maybe_wrap, open_store, LatencyProfile, ModelStore, QuorumWriter, ReadCache};
+use weir_storage::{
+    maybe_wrap, open_store, LatencyProfile, ModelStore, QuorumWriter, ReadCache, TimeoutStore,
+};
 
 use crate::config::{Config, StorageConfig};
 use crate::AgentArgs;
@@ -110,7 +112,7 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
                 with_fault_model(store, &config.storage, bucket_seed)?
             };
             if !config.storage.slow_buckets.contains(&index) {
-                return Ok(store);
+                return Ok(with_deadline(store, &config.storage));
             }
             let delay = config.storage.slow_bucket_delay;
             let slow = ModelStore::new(
@@ -119,9 +121,15 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
                 bucket_seed,
             )?;
             tracing::warn!(bucket = index, %url, ?delay, "fault test: bucket is slow for this run");
-            Ok(Arc::new(slow) as Arc<dyn ObjectStore>)
+            Ok(with_deadline(Arc::new(slow), &config.storage))
         })
         .collect()
+}
+
+/// The outermost wrapper of every bucket: a deadline on each request (`storage.request_timeout`),
+/// so that a hung request (slow-bucket fault tests included) fails retriably.
+fn with_deadline(store: Arc<dyn ObjectStore>, storage: &StorageConfig) -> Arc<dyn ObjectStore> {
+    Arc::new(TimeoutStore::new(store, storage.request_timeout))
 }
 
 /// Wraps `store` in the configured latency profile and error rate (unchanged for `local`
@@ -155,7 +163,7 @@ fn open_metadata_bucket(
     // A seed apart from the ingest buckets' (seed + index) so its faults are not theirs.
     let store = with_fault_model(store, &config.storage, seed.rotate_left(17) ^ 0x6d65_7461)?;
     info!(%url, "metadata log in its own bucket");
-    Ok(store)
+    Ok(with_deadline(store, &config.storage))
 }
 
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
@@ -231,9 +239,12 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         max_inflight_request_bytes: config.kafka.max_inflight_request_bytes,
         max_inflight_fetch_bytes: config.kafka.max_inflight_fetch_bytes,
         connections_max_idle: config.kafka.connections_max_idle,
+        request_read_timeout: config.kafka.request_read_timeout,
         max_fetch_bytes: config.kafka.max_fetch_bytes,
         max_fetch_wait: config.kafka.max_fetch_wait,
         groups: config.groups.settings(),
+        produce_validation: config.produce.validation.into(),
+        max_decompressed_bytes: config.produce.max_decompressed_bytes,
     };
     let broker = Arc::new(Broker::new(
         settings,
@@ -322,13 +333,19 @@ mod tests {
         assert_eq!(config.storage.slow_buckets, vec![1, 2]);
         let buckets = open_buckets(&config, 1).unwrap();
         let names: Vec<String> = buckets.iter().map(|b| b.to_string()).collect();
-        assert!(names[0].starts_with("InMemory"), "{names:?}");
+        // Every bucket has a request deadline outermost, slow-bucket delays included.
         assert!(
-            names[1].starts_with("ModelStore(slow-bucket-1, InMemory"),
+            names[0].starts_with("TimeoutStore(10s, InMemory"),
             "{names:?}"
         );
         assert!(
-            names[2].starts_with("ModelStore(slow-bucket-2, ModelStore(local, InMemory"),
+            names[1].starts_with("TimeoutStore(10s, ModelStore(slow-bucket-1, InMemory"),
+            "{names:?}"
+        );
+        assert!(
+            names[2].starts_with(
+                "TimeoutStore(10s, ModelStore(slow-bucket-2, ModelStore(local, InMemory"
+            ),
             "{names:?}"
         );
         // The metadata log stays in bucket 0 by default.
@@ -362,7 +379,7 @@ mod tests {
         assert!(
             metadata
                 .to_string()
-                .starts_with("ModelStore(s3-express, InMemory"),
+                .starts_with("TimeoutStore(10s, ModelStore(s3-express, InMemory"),
             "{metadata}"
         );
 

@@ -45,6 +45,8 @@ pub(crate) struct KafkaConfig {
     pub(crate) max_inflight_fetch_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) connections_max_idle: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) request_read_timeout: Duration,
     pub(crate) max_fetch_bytes: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) max_fetch_wait: Duration,
@@ -66,6 +68,8 @@ pub(crate) struct StorageConfig {
     pub(crate) max_lagging_bytes_per_bucket: u64,
     #[serde(with = "humantime_serde")]
     pub(crate) read_hedge_after: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) request_timeout: Duration,
     pub(crate) cache_bytes: usize,
 }
 
@@ -76,6 +80,25 @@ pub(crate) struct ProduceConfig {
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
     pub(crate) upload_attempts: u32,
+    pub(crate) validation: Validation,
+    pub(crate) max_decompressed_bytes: usize,
+}
+
+/// `produce.validation`: how much of each produced batch the agent decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Validation {
+    Framing,
+    Full,
+}
+
+impl From<Validation> for weir_server::ProduceValidation {
+    fn from(value: Validation) -> Self {
+        match value {
+            Validation::Framing => Self::Framing,
+            Validation::Full => Self::Full,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -208,6 +231,12 @@ impl Config {
                  set storage.metadata_bucket to keep the log elsewhere"
             );
         }
+        if self.storage.request_timeout.is_zero() {
+            bail!("storage.request_timeout must be positive");
+        }
+        if self.kafka.request_read_timeout.is_zero() {
+            bail!("kafka.request_read_timeout must be positive");
+        }
         if self.kafka.connections_max_idle <= self.kafka.max_fetch_wait {
             bail!(
                 "kafka.connections_max_idle ({:?}) must exceed kafka.max_fetch_wait ({:?}): a \
@@ -228,6 +257,12 @@ impl Config {
         }
         if self.kafka.num_partitions < 1 {
             bail!("kafka.num_partitions must be at least 1");
+        }
+        if self.produce.max_decompressed_bytes < 1024 * 1024 {
+            bail!(
+                "produce.max_decompressed_bytes must be at least 1 MiB: below that, ordinary \
+                 compressed batches are refused"
+            );
         }
         if self.kafka.max_frame_bytes < 1024 || self.kafka.max_frame_bytes > i32::MAX as usize {
             bail!("kafka.max_frame_bytes must be between 1 KiB and 2 GiB");
@@ -381,6 +416,18 @@ mod tests {
         let config = Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "1s")])).unwrap();
         assert_eq!(config.groups.settings().min_session_timeout_ms, 1_000);
         assert!(Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "2h")])).is_err());
+    }
+
+    #[test]
+    fn test_config_produce_validation() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        assert_eq!(config.produce.validation, Validation::Framing);
+        assert_eq!(config.produce.max_decompressed_bytes, 32 * 1024 * 1024);
+        let full = Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "full")])).unwrap();
+        assert_eq!(full.produce.validation, Validation::Full);
+        assert!(Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "some")])).is_err());
+        let tiny = env(&[("WEIR_PRODUCE_MAX_DECOMPRESSED_BYTES", "1000")]);
+        assert!(Config::load(None, tiny).is_err());
     }
 
     #[test]

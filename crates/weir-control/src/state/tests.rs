@@ -420,6 +420,13 @@ proptest! {
         let replayed: Vec<EntryResult> = entries[cut..].iter().map(|e| restored.apply(e)).collect();
         prop_assert_eq!(&results[cut..], &replayed[..]);
         prop_assert_eq!(serde_json::to_string(&first).unwrap(), serde_json::to_string(&restored).unwrap());
+        // The time index is derived: maintained on append, rebuilt on load, the same either way.
+        for (topic, restored_topic) in first.topics.values().zip(restored.topics.values()) {
+            for (partition, restored_partition) in topic.partitions.iter().zip(&restored_topic.partitions) {
+                prop_assert_eq!(&partition.time_index, &TimeIndex::rebuild(&partition.index));
+                prop_assert_eq!(&restored_partition.time_index, &partition.time_index);
+            }
+        }
         for topic in first.topics.values() {
             for partition in &topic.partitions {
                 let mut next = partition.log_start_offset;

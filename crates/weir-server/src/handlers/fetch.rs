@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::debug;
 use uuid::Uuid;
 use weir_common::TopicId;
-use weir_fetch::FetchError;
+use weir_fetch::{FetchError, ReadPlan};
 use weir_protocol::error_code;
 
 use super::{topic_id, topic_name};
@@ -52,7 +52,8 @@ pub(crate) async fn handle(
     loop {
         commits.borrow_and_update();
         let read = read_all(&broker, &wanted, max_bytes, context.version).await;
-        if read.bytes >= min_bytes.max(1) || read.errors || Instant::now() >= deadline {
+        // min_bytes = 0 answers at once, with or without data (as in Kafka).
+        if read.bytes >= min_bytes || read.errors || Instant::now() >= deadline {
             return respond(&context, read);
         }
         // Too little: return its memory, wait for a durable commit (or the deadline), read again.
@@ -133,30 +134,8 @@ struct Read {
 /// used up by responses that clients are not reading.
 async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version: i16) -> Read {
     let mut grant = broker.fetch_memory.take_up_to(max_bytes.saturating_mul(2));
-    let mut remaining = grant.bytes() / 2;
-    let mut planned = 0usize;
-    let mut plans = Vec::new();
-    for topic in wanted {
-        for (partition, offset, partition_max) in &topic.partitions {
-            let plan = match topic.resolved {
-                None => None,
-                Some(resolved) => {
-                    let budget = (*partition_max).min(remaining);
-                    let plan =
-                        broker
-                            .fetch
-                            .plan(&resolved, *partition, *offset, budget, planned == 0);
-                    if let Ok(plan) = &plan {
-                        planned += plan.byte_len();
-                        remaining = remaining.saturating_sub(plan.byte_len());
-                    }
-                    Some(plan)
-                }
-            };
-            plans.push(plan);
-        }
-    }
-    if grant.bytes() / 2 < max_bytes && remaining == 0 {
+    let (mut plans, mut planned) = plan_all(broker, wanted, grant.bytes() / 2, true);
+    if grant.bytes() / 2 < max_bytes && planned >= grant.bytes() / 2 {
         debug!(
             planned,
             max_bytes,
@@ -165,8 +144,17 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
             "fetch response budget used up: reading fewer bytes"
         );
     }
-    // Return what the plans do not need, or take a first batch that did not fit.
-    grant.resize(planned.saturating_mul(2));
+    // Return what the plans do not need, or take a first batch that did not fit, within the
+    // agent-wide bound on first batches; past it, read no records now (the caller long-polls).
+    if !grant.try_resize_first_batch(planned.saturating_mul(2)) {
+        debug!(
+            planned,
+            in_use = broker.fetch_memory.used(),
+            "fetch response budget used up by first batches: reading no records this time"
+        );
+        (plans, planned) = plan_all(broker, wanted, 0, false);
+        grant.resize(planned);
+    }
     let reads = futures::future::join_all(plans.into_iter().map(|plan| async move {
         match plan {
             None => None,
@@ -231,6 +219,40 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
         errors: any_error,
         grant,
     }
+}
+
+type Plans = Vec<Option<Result<ReadPlan, FetchError>>>;
+
+/// Plans every wanted partition within `budget` bytes in all (`None` for an unknown topic);
+/// with `first_batch`, the first partition with data gets its first batch whatever its size.
+fn plan_all(
+    broker: &Broker,
+    wanted: &[Wanted],
+    budget: usize,
+    first_batch: bool,
+) -> (Plans, usize) {
+    let mut remaining = budget;
+    let mut planned = 0usize;
+    let mut plans = Vec::new();
+    for topic in wanted {
+        for (partition, offset, partition_max) in &topic.partitions {
+            let plan = topic.resolved.map(|resolved| {
+                let partition_budget = (*partition_max).min(remaining);
+                let first = first_batch && planned == 0;
+                let plan =
+                    broker
+                        .fetch
+                        .plan(&resolved, *partition, *offset, partition_budget, first);
+                if let Ok(plan) = &plan {
+                    planned += plan.byte_len();
+                    remaining = remaining.saturating_sub(plan.byte_len());
+                }
+                plan
+            });
+            plans.push(plan);
+        }
+    }
+    (plans, planned)
 }
 
 fn fetch_error_code(error: &FetchError) -> i16 {

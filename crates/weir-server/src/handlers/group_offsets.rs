@@ -1,7 +1,8 @@
 //! OffsetCommit v2–v9, OffsetFetch v1–v9 (several groups at v8+) and OffsetDelete v0.
 //!
 //! Committed offsets are control-plane state: a commit is validated by the coordinator (member
-//! and generation), then submitted as one `CommitOffsets` entry and answered once durable.
+//! and generation) and sequenced as one `CommitOffsets` entry in one step, then answered once
+//! durable.
 //! Fetches read the control-plane state directly.
 
 use std::collections::BTreeMap;
@@ -97,14 +98,24 @@ async fn commit_codes(
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.as_ref().map(|id| id.to_string()),
     };
-    if let Err(error) = broker.groups.validate_commit(&identity) {
-        return everyone(group_error_code(&error));
-    }
     let entry = Entry::CommitOffsets {
         group: group_id,
         offsets: offsets.to_vec(),
     };
-    match broker.control.submit(entry).await {
+    let reservation = match broker.control.reserve().await {
+        Ok(reservation) => reservation,
+        Err(error) => return everyone(control_error_code(&error)),
+    };
+    // Validation and sequencing happen under the coordinator's lock: a rebalance cannot end the
+    // generation in between, so a zombie's commit never lands after the new generation's.
+    let pending = match broker
+        .groups
+        .validate_commit_then(&identity, || reservation.enqueue(entry))
+    {
+        Ok(pending) => pending,
+        Err(error) => return everyone(group_error_code(&error)),
+    };
+    match pending.await {
         Ok(EntryResult::CommitOffsets(results)) => results
             .iter()
             .map(|result| {

@@ -53,7 +53,8 @@ pub(crate) async fn join_group(
                 .into_iter()
                 .map(|p| Protocol {
                     name: p.name.to_string(),
-                    metadata: p.metadata,
+                    // Kept while the member lives: a copy, not a slice pinning the whole frame.
+                    metadata: Bytes::copy_from_slice(&p.metadata),
                 })
                 .collect(),
             require_known_member_id: version >= 4,
@@ -123,7 +124,12 @@ pub(crate) async fn sync_group(
             assignments: request
                 .assignments
                 .into_iter()
-                .map(|a| (a.member_id.to_string(), a.assignment))
+                .map(|a| {
+                    (
+                        a.member_id.to_string(),
+                        Bytes::copy_from_slice(&a.assignment),
+                    )
+                })
                 .collect(),
         };
         broker.groups.sync(sync).await

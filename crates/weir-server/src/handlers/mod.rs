@@ -11,6 +11,7 @@ pub(crate) mod membership;
 pub(crate) mod metadata;
 pub(crate) mod offsets;
 pub(crate) mod produce;
+pub(crate) mod record_checks;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -1,9 +1,15 @@
 //! ListOffsets v1–v8 and OffsetForLeaderEpoch v2–v4.
 //!
-//! Timestamp lookups work at batch granularity: the answer is the first batch whose max
-//! timestamp reaches the target; when the batch's first record is already at or past the
-//! target (the common case of increasing timestamps) the answer is exact. Max-timestamp (-3)
-//! returns the last offset of the batch holding the largest timestamp.
+//! Timestamp lookups are exact at record precision, as in Kafka: the partition's time index
+//! (`weir_control::TimeIndex`, a binary search under the state read lock) names the first batch
+//! whose max timestamp reaches the target; outside the lock that batch is read (cache or
+//! bucket), decompressed if needed, and its records walked for the first one whose timestamp
+//! reaches the target. The read is skipped when the batch's first record already does (the
+//! common case of increasing timestamps) and on LogAppendTime topics (every record of a batch
+//! has its max timestamp). Max-timestamp (-3) answers the first record holding the partition's
+//! largest timestamp, found the same way.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_response::{
@@ -16,9 +22,13 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 };
-use weir_control::PartitionState;
+use tracing::warn;
+use weir_common::TopicId;
+use weir_control::configs::{effective, MESSAGE_TIMESTAMP_TYPE};
+use weir_control::{IndexEntry, PartitionState};
 use weir_fetch::LEADER_EPOCH;
-use weir_protocol::error_code;
+use weir_protocol::batch::split_and_validate;
+use weir_protocol::{error_code, records};
 
 use crate::broker::Broker;
 use crate::dispatch::RequestContext;
@@ -29,21 +39,37 @@ const MAX_TIMESTAMP: i64 = -3;
 /// Weir has no tiered split: the earliest local offset is the earliest offset (KIP-1005).
 const EARLIEST_LOCAL: i64 = -4;
 
-pub(crate) fn list_offsets(
-    broker: &Broker,
+/// The answer for one partition as far as the index can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// (offset, timestamp); (-1, -1) when nothing matches.
+    Answer(i64, i64),
+    /// The first record of this batch with a timestamp at or past `target` is the answer.
+    WalkBatch { entry: IndexEntry, target: i64 },
+}
+
+pub(crate) async fn list_offsets(
+    broker: Arc<Broker>,
     context: RequestContext,
     request: ListOffsetsRequest,
 ) -> Option<Bytes> {
-    let topics = broker.control.read(|state| {
+    // Under the state lock: index lookups only.
+    let mut pending = Vec::new();
+    let mut topics: Vec<ListOffsetsTopicResponse> = broker.control.read(|state| {
         request
             .topics
             .iter()
-            .map(|topic| {
+            .enumerate()
+            .map(|(topic_index, topic)| {
                 let found = state.topic(&topic.name);
+                let log_append_time = found.is_some_and(|t| {
+                    effective(&t.configs, MESSAGE_TIMESTAMP_TYPE) == Some("LogAppendTime")
+                });
                 let partitions = topic
                     .partitions
                     .iter()
-                    .map(|p| {
+                    .enumerate()
+                    .map(|(partition_index, p)| {
                         let base = ListOffsetsPartitionResponse::default()
                             .with_partition_index(p.partition_index)
                             .with_timestamp(-1)
@@ -54,12 +80,25 @@ pub(crate) fn list_offsets(
                                 -1
                             });
                         let partition = found.and_then(|t| t.partition(p.partition_index));
-                        match partition {
-                            None => base.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION),
-                            Some(partition) => {
-                                let (offset, timestamp) = lookup(partition, p.timestamp);
-                                base.with_offset(offset).with_timestamp(timestamp)
+                        match (found, partition) {
+                            (Some(t), Some(partition)) => {
+                                match lookup(partition, p.timestamp, log_append_time) {
+                                    Lookup::Answer(offset, timestamp) => {
+                                        base.with_offset(offset).with_timestamp(timestamp)
+                                    }
+                                    walk @ Lookup::WalkBatch { .. } => {
+                                        pending.push((
+                                            topic_index,
+                                            partition_index,
+                                            t.id,
+                                            p.partition_index,
+                                            walk,
+                                        ));
+                                        base
+                                    }
+                                }
                             }
+                            _ => base.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION),
                         }
                     })
                     .collect();
@@ -69,34 +108,114 @@ pub(crate) fn list_offsets(
             })
             .collect()
     });
+    // Outside the lock: read and walk the batches that hold the answers.
+    for (topic_index, partition_index, topic_id, partition, walk) in pending {
+        let Lookup::WalkBatch { entry, target } = walk else {
+            continue;
+        };
+        let response = &mut topics[topic_index].partitions[partition_index];
+        match find_in_batch(&broker, &topic_id, partition, &entry, target).await {
+            Ok((offset, timestamp)) => {
+                response.offset = offset;
+                response.timestamp = timestamp;
+            }
+            Err(code) => response.error_code = code,
+        }
+    }
     context.encode(&ListOffsetsResponse::default().with_topics(topics))
 }
 
-/// Returns (offset, timestamp) for a ListOffsets target; (-1, -1) when nothing matches.
-fn lookup(partition: &PartitionState, target: i64) -> (i64, i64) {
+/// What the index says for a ListOffsets target.
+fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Lookup {
     let high_watermark = partition.stable_high_watermark;
-    let visible = partition
-        .index
-        .iter()
-        .filter(|e| e.base_offset >= partition.log_start_offset && e.base_offset < high_watermark);
+    let index = &partition.index;
+    // Visible batches: from the log start up to the durable high watermark.
+    let from = index.partition_point(|e| e.base_offset < partition.log_start_offset);
+    let to = index.partition_point(|e| e.base_offset < high_watermark);
+    let visible = &index[from.min(to)..to];
+    let answer_in = |entry: &IndexEntry, target: i64| {
+        if log_append_time {
+            Lookup::Answer(entry.base_offset, entry.max_timestamp)
+        } else if entry.first_timestamp >= target {
+            // The batch's first record (its timestamp is the batch's first timestamp) reaches
+            // the target already.
+            Lookup::Answer(entry.base_offset, entry.first_timestamp)
+        } else {
+            Lookup::WalkBatch {
+                entry: *entry,
+                target,
+            }
+        }
+    };
     match target {
-        LATEST => (high_watermark, -1),
-        EARLIEST | EARLIEST_LOCAL => (partition.log_start_offset, -1),
+        LATEST => Lookup::Answer(high_watermark, -1),
+        EARLIEST | EARLIEST_LOCAL => Lookup::Answer(partition.log_start_offset, -1),
         MAX_TIMESTAMP => visible
+            .iter()
             .max_by_key(|e| (e.max_timestamp, std::cmp::Reverse(e.base_offset)))
-            .map_or((-1, -1), |e| (e.last_offset, e.max_timestamp)),
-        target if target >= 0 => visible
-            .into_iter()
-            .find(|e| e.max_timestamp >= target)
-            .map_or((-1, -1), |e| {
-                let timestamp = if e.first_timestamp >= target {
-                    e.first_timestamp
-                } else {
-                    e.max_timestamp
-                };
-                (e.base_offset, timestamp)
+            .map_or(Lookup::Answer(-1, -1), |e| answer_in(e, e.max_timestamp)),
+        target if target >= 0 => partition
+            .time_index
+            .first_reaching(index, from, target)
+            .filter(|&position| position < to)
+            .map_or(Lookup::Answer(-1, -1), |position| {
+                answer_in(&index[position], target)
             }),
-        _ => (-1, -1),
+        _ => Lookup::Answer(-1, -1),
+    }
+}
+
+/// Reads one batch and returns the first record whose timestamp reaches `target`.
+async fn find_in_batch(
+    broker: &Broker,
+    topic_id: &TopicId,
+    partition: i32,
+    entry: &IndexEntry,
+    target: i64,
+) -> Result<(i64, i64), i16> {
+    let plan = broker
+        .fetch
+        .plan(topic_id, partition, entry.base_offset, 0, true)
+        .map_err(|_| error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let data = broker.fetch.read(plan).await.map_err(|error| {
+        warn!(%error, "list offsets: batch read failed");
+        error_code::KAFKA_STORAGE_ERROR
+    })?;
+    let fallback = (entry.base_offset, entry.max_timestamp);
+    let Some(batch) = split_and_validate(&data.records)
+        .ok()
+        .and_then(|batches| batches.into_iter().next())
+    else {
+        warn!(
+            base_offset = entry.base_offset,
+            "list offsets: stored batch does not parse"
+        );
+        return Ok(fallback);
+    };
+    let header = &batch.header;
+    let walked = records::decode(header, &batch.bytes, broker.settings.max_decompressed_bytes)
+        .and_then(|section| {
+            let mut found = None;
+            records::walk(header, &section, |record| {
+                let timestamp = record.timestamp(header);
+                if found.is_none() && timestamp >= target {
+                    found = Some((
+                        header.base_offset + i64::from(record.offset_delta),
+                        timestamp,
+                    ));
+                }
+            })?;
+            Ok(found)
+        });
+    match walked {
+        Ok(Some(answer)) => Ok(answer),
+        Ok(None) => Ok(fallback),
+        Err(error) => {
+            // Batches stored before record validation existed may not decode: answer at
+            // batch precision rather than not at all.
+            warn!(%error, base_offset = entry.base_offset, "list offsets: batch records do not decode");
+            Ok(fallback)
+        }
     }
 }
 
@@ -172,12 +291,32 @@ mod tests {
 
     #[test]
     fn test_offsets_lookup_by_timestamp_and_specials() {
-        let p = partition();
-        assert_eq!(lookup(&p, LATEST), (6, -1));
-        assert_eq!(lookup(&p, EARLIEST), (0, -1));
-        assert_eq!(lookup(&p, 50), (0, 100));
-        assert_eq!(lookup(&p, 300), (2, 300));
-        assert_eq!(lookup(&p, 501), (-1, -1));
-        assert_eq!(lookup(&p, MAX_TIMESTAMP), (4, 500));
+        let mut p = partition();
+        p.time_index = weir_control::TimeIndex::rebuild(&p.index);
+        assert_eq!(lookup(&p, LATEST, false), Lookup::Answer(6, -1));
+        assert_eq!(lookup(&p, EARLIEST, false), Lookup::Answer(0, -1));
+        assert_eq!(lookup(&p, 50, false), Lookup::Answer(0, 100));
+        assert_eq!(lookup(&p, 300, false), Lookup::Answer(2, 300));
+        assert_eq!(lookup(&p, 501, false), Lookup::Answer(-1, -1));
+        // Inside a batch: the batch must be read and walked.
+        assert_eq!(
+            lookup(&p, 350, false),
+            Lookup::WalkBatch {
+                entry: p.index[1],
+                target: 350
+            }
+        );
+        assert_eq!(
+            lookup(&p, MAX_TIMESTAMP, false),
+            Lookup::WalkBatch {
+                entry: p.index[1],
+                target: 500
+            }
+        );
+        // LogAppendTime: every record of a batch carries its max timestamp.
+        assert_eq!(lookup(&p, 350, true), Lookup::Answer(2, 500));
+        // Not yet durable batches are invisible.
+        p.stable_high_watermark = 2;
+        assert_eq!(lookup(&p, 350, false), Lookup::Answer(-1, -1));
     }
 }

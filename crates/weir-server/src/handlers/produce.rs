@@ -1,24 +1,33 @@
-//! Produce v3–v12: validate every batch header and CRC, build one ticket per request, queue it
-//! in order (the reader does not wait for durability), answer once the ticket is committed.
+//! Produce v3–v12: validate every batch header and CRC and its records (`record_checks`),
+//! build one ticket per request, queue it in order (the reader does not wait for durability),
+//! answer once the ticket is committed.
+//!
+//! Each partition is checked on its own: a bad partition gets its error (with KIP-467
+//! `record_errors` where records are at fault), the others of the request are unaffected.
+//! Produce v3+ carries exactly one batch per partition; more is INVALID_RECORD, and nothing of
+//! that partition is written.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use weir_control::configs::{effective, DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES};
 use weir_produce::{PartitionBatches, PartitionOutcome, ProduceError, ProduceTicket};
 use weir_protocol::batch::split_and_validate;
 use weir_protocol::{error_code, BatchError, ValidatedBatch};
 
+use super::record_checks::{check_batch, stamp_log_append_time, Rejection, TopicPolicy};
 use super::{control_error_code, text, topic_name};
 use crate::broker::Broker;
 use crate::dispatch::{ready, Dispatched, RequestContext};
 
-/// Where each partition's answer comes from: decided now (an error) or from the ticket.
+/// Where each partition's answer comes from: decided now (an error) or from the ticket (with
+/// the append time of a LogAppendTime topic, else -1).
 enum Slot {
-    Error(i16, String),
-    Ticket(usize),
+    Error(Rejection),
+    Ticket(usize, i64),
 }
 
 struct PartitionSlot {
@@ -41,52 +50,62 @@ pub(crate) async fn handle(
     let mut slots = Vec::new();
     let mut ticket = ProduceTicket::default();
     let request_error = if request.transactional_id.is_some() {
-        Some((
+        Some(Rejection::new(
             error_code::INVALID_REQUEST,
-            "transactions are not supported yet".to_string(),
+            "transactions are not supported yet",
         ))
     } else if !matches!(acks, -1..=1) {
-        Some((
+        Some(Rejection::new(
             error_code::INVALID_REQUIRED_ACKS,
             format!("acks={acks} is not -1, 0 or 1"),
         ))
     } else {
         None
     };
+    let now_ms = broker.clock.now_ms();
     for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
         let found = broker.control.read(|s| {
             s.topic(&name).map(|t| {
-                let limit = effective(&t.configs, MAX_MESSAGE_BYTES)
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES as usize);
-                (t.id, t.partitions.len() as i32, limit)
+                (
+                    t.id,
+                    t.partitions.len() as i32,
+                    TopicPolicy::from_configs(&t.configs),
+                )
             })
         });
         for partition in topic.partition_data {
             let slot = match (&request_error, found) {
-                (Some((code, message)), _) => Slot::Error(*code, message.clone()),
-                (None, None) => Slot::Error(
+                (Some(rejection), _) => Slot::Error(rejection.clone()),
+                (None, None) => Slot::Error(Rejection::new(
                     error_code::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("unknown topic {name}"),
-                ),
+                )),
                 (None, Some((_, count, _))) if partition.index < 0 || partition.index >= count => {
-                    Slot::Error(
+                    Slot::Error(Rejection::new(
                         error_code::UNKNOWN_TOPIC_OR_PARTITION,
                         format!("{name} has {count} partitions"),
-                    )
+                    ))
                 }
-                (None, Some((topic_id, _, max_message_bytes))) => {
-                    match validate(partition.records.as_ref(), max_message_bytes) {
-                        Ok(batches) => {
+                (None, Some((topic_id, _, policy))) => {
+                    match validate(&broker, partition.records.as_ref(), &policy, now_ms) {
+                        Ok(mut batches) => {
+                            let append_time = if policy.log_append_time {
+                                batches
+                                    .iter_mut()
+                                    .for_each(|batch| stamp_log_append_time(batch, now_ms));
+                                now_ms
+                            } else {
+                                -1
+                            };
                             ticket.partitions.push(PartitionBatches {
                                 topic_id,
                                 partition: partition.index,
                                 batches,
                             });
-                            Slot::Ticket(ticket.partitions.len() - 1)
+                            Slot::Ticket(ticket.partitions.len() - 1, append_time)
                         }
-                        Err((code, message)) => Slot::Error(code, message),
+                        Err(rejection) => Slot::Error(rejection),
                     }
                 }
             };
@@ -119,17 +138,33 @@ pub(crate) async fn handle(
 }
 
 fn validate(
+    broker: &Broker,
     records: Option<&Bytes>,
-    max_message_bytes: usize,
-) -> Result<Vec<ValidatedBatch>, (i16, String)> {
+    policy: &TopicPolicy,
+    now_ms: i64,
+) -> Result<Vec<ValidatedBatch>, Rejection> {
     let Some(records) = records else {
-        return Err((error_code::INVALID_RECORD, "null record set".into()));
+        return Err(Rejection::new(
+            error_code::INVALID_RECORD,
+            "null record set",
+        ));
     };
-    let batches =
-        split_and_validate(records).map_err(|err| (batch_error_code(&err), err.to_string()))?;
+    let batches = split_and_validate(records)
+        .map_err(|err| Rejection::new(batch_error_code(&err), err.to_string()))?;
+    // Produce v3+ (all Weir accepts) carries exactly one batch per partition, as in Kafka.
+    if batches.len() != 1 {
+        return Err(Rejection::new(
+            error_code::INVALID_RECORD,
+            format!(
+                "produce v3+ carries exactly one record batch per partition, got {}",
+                batches.len()
+            ),
+        ));
+    }
     for batch in &batches {
+        let max_message_bytes = policy.max_message_bytes;
         if batch.bytes.len() > max_message_bytes {
-            return Err((
+            return Err(Rejection::new(
                 error_code::MESSAGE_TOO_LARGE,
                 format!(
                     "batch of {} bytes exceeds max.message.bytes {max_message_bytes}",
@@ -138,11 +173,18 @@ fn validate(
             ));
         }
         if batch.header.is_transactional() || batch.header.is_control() {
-            return Err((
+            return Err(Rejection::new(
                 error_code::INVALID_RECORD,
-                "transactional batches are not supported yet".into(),
+                "transactional batches are not supported yet",
             ));
         }
+        check_batch(
+            batch,
+            policy,
+            broker.settings.produce_validation,
+            broker.settings.max_decompressed_bytes,
+            now_ms,
+        )?;
     }
     Ok(batches)
 }
@@ -184,18 +226,30 @@ fn build_response(
             .with_index(index)
             .with_log_append_time_ms(-1);
         let partition = match slot {
-            Slot::Error(code, message) => base
-                .with_error_code(code)
+            Slot::Error(rejection) => base
+                .with_error_code(rejection.code)
                 .with_base_offset(-1)
                 .with_log_start_offset(-1)
-                .with_error_message(Some(text(message))),
-            Slot::Ticket(position) => match outcomes.get(position) {
+                .with_error_message(Some(text(rejection.message)))
+                .with_record_errors(
+                    rejection
+                        .record_errors
+                        .into_iter()
+                        .map(|(batch_index, message)| {
+                            BatchIndexAndErrorMessage::default()
+                                .with_batch_index(batch_index)
+                                .with_batch_index_error_message(Some(text(message)))
+                        })
+                        .collect(),
+                ),
+            Slot::Ticket(position, append_time) => match outcomes.get(position) {
                 Some(PartitionOutcome::Committed {
                     base_offset,
                     log_start_offset,
                 }) => base
                     .with_base_offset(*base_offset)
-                    .with_log_start_offset(*log_start_offset),
+                    .with_log_start_offset(*log_start_offset)
+                    .with_log_append_time_ms(append_time),
                 Some(PartitionOutcome::Failed(error)) => base
                     .with_error_code(produce_error_code(error))
                     .with_base_offset(-1)
@@ -212,6 +266,7 @@ fn build_response(
         }
         if version < 8 {
             partition.error_message = None;
+            partition.record_errors.clear();
         }
         responses[topic].partition_responses.push(partition);
     }
