@@ -12,7 +12,7 @@ seconds="${1:-10}"
 workspace_target="${CARGO_TARGET_DIR:-/var/tmp/weir-target}"
 export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${WEIR_FUZZ_TARGET_DIR:-/var/tmp/weir-fuzz-target}"
-targets=(request_frame record_batch weir_file)
+targets=(request_frame record_batch weir_file records)
 
 (cd fuzz && cargo fuzz build)
 bin_dir="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
