@@ -949,3 +949,46 @@ async fn test_pipeline_cache_does_not_pin_the_request_frame() {
         "still cached after the frame is gone"
     );
 }
+
+/// Writes that outlive the quorum (a copy still going to a slow bucket) do not keep the request
+/// frame alive either: the upload sends a copy of the file, not slices of frames.
+#[tokio::test(start_paused = true)]
+async fn test_pipeline_lagging_write_does_not_pin_the_request_frame() {
+    let profiles = vec![LatencyProfile::local(), fixed_put(3_600_000)];
+    let h = harness(profiles, 1, ProduceSettings::default()).await;
+    let topic = h
+        .control
+        .create_topic("lagging", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let batch = build_test_batch(1, 1_000, NO_PRODUCER);
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut bytes = batch.to_vec();
+    bytes.resize(1024 * 1024, 0);
+    let frame = Bytes::from_owner(TrackedFrame {
+        bytes,
+        dropped: dropped.clone(),
+    });
+    let part = PartitionBatches {
+        topic_id: topic,
+        partition: 0,
+        batches: split_and_validate(&frame.slice(0..batch.len())).unwrap(),
+    };
+    drop(frame);
+    let outcome = h.pipeline.submit(ticket(vec![part])).await.await;
+    assert_eq!(base_offset(&outcome[0]), 0, "committed on the fast bucket");
+    for _ in 0..100 {
+        if dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        ingest_keys(&h.buckets[1].raw).await.is_empty(),
+        "the slow bucket's write is still in flight"
+    );
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the lagging write keeps its 1 MiB request frame alive"
+    );
+}

@@ -23,9 +23,13 @@ pub(crate) async fn upload(
     let mut backoff = Backoff::new(Duration::from_millis(25), Duration::from_secs(1));
     let mut rng = fastrand::Rng::with_seed(seq);
     let mut attempt = 0;
+    // One copy of the file: its parts are slices of request frames, and writes that outlive the
+    // quorum (copies to slow buckets, bounded by bytes) would otherwise keep whole frames alive
+    // after their requests are answered, while being charged only for the slices.
+    let file = encoded.to_contiguous();
     let holders = loop {
         attempt += 1;
-        let payload: PutPayload = encoded.parts.iter().cloned().collect();
+        let payload = PutPayload::from(file.clone());
         match writer.put(key, payload).await {
             Ok(holders) => break holders,
             Err(err) if attempt < attempts.max(1) && err.is_retryable() => {
