@@ -902,45 +902,54 @@ impl Drop for TrackedFrame {
     }
 }
 
-/// The write-through cache keeps copies of the batches, not slices of the request frame: a large
-/// frame with one small batch must not stay resident while the cache charges the batch alone.
-#[tokio::test(start_paused = true)]
-async fn test_pipeline_cache_does_not_pin_the_request_frame() {
-    let h = harness(vec![LatencyProfile::local()], 1, ProduceSettings::default()).await;
-    let topic = h
+/// A produce of one small batch at the start of a 1 MiB request frame, committed; returns the
+/// flag the frame sets when its last reference is gone.
+async fn produce_from_large_frame(h: &Harness, topic: &str) -> Arc<std::sync::atomic::AtomicBool> {
+    let topic_id = h
         .control
-        .create_topic("pinned", 1, BTreeMap::new(), 1)
+        .create_topic(topic, 1, BTreeMap::new(), 1)
         .await
         .unwrap();
     let batch = build_test_batch(1, 1_000, NO_PRODUCER);
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // One valid batch at the start of a 1 MiB frame.
     let mut bytes = batch.to_vec();
     bytes.resize(1024 * 1024, 0);
     let frame = Bytes::from_owner(TrackedFrame {
         bytes,
         dropped: dropped.clone(),
     });
-    let records = frame.slice(0..batch.len());
-    drop(frame);
     let part = PartitionBatches {
-        topic_id: topic,
+        topic_id,
         partition: 0,
-        batches: split_and_validate(&records).unwrap(),
+        batches: split_and_validate(&frame.slice(0..batch.len())).unwrap(),
     };
-    drop(records);
+    drop(frame);
     let outcome = h.pipeline.submit(ticket(vec![part])).await.await;
-    assert_eq!(base_offset(&outcome[0]), 0);
-    assert_eq!(h.cache.stats().entries, 1, "the batch is cached");
-    // The pipeline may still drop its last references to the ticket after answering.
+    assert_eq!(base_offset(&outcome[0]), 0, "committed");
+    dropped
+}
+
+/// Whether the frame is gone within a second (the pipeline may drop its last references to the
+/// ticket just after answering).
+async fn frame_dropped(dropped: &std::sync::atomic::AtomicBool) -> bool {
     for _ in 0..100 {
         if dropped.load(std::sync::atomic::Ordering::SeqCst) {
-            break;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    dropped.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The write-through cache keeps copies of the batches, not slices of the request frame: a large
+/// frame with one small batch must not stay resident while the cache charges the batch alone.
+#[tokio::test(start_paused = true)]
+async fn test_pipeline_cache_does_not_pin_the_request_frame() {
+    let h = harness(vec![LatencyProfile::local()], 1, ProduceSettings::default()).await;
+    let dropped = produce_from_large_frame(&h, "pinned").await;
+    assert_eq!(h.cache.stats().entries, 1, "the batch is cached");
     assert!(
-        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        frame_dropped(&dropped).await,
         "the cached batch keeps its 1 MiB request frame alive"
     );
     assert_eq!(
@@ -951,44 +960,19 @@ async fn test_pipeline_cache_does_not_pin_the_request_frame() {
 }
 
 /// Writes that outlive the quorum (a copy still going to a slow bucket) do not keep the request
-/// frame alive either: the upload sends a copy of the file, not slices of frames.
+/// frame alive either: the upload sends copies of the batches, not slices of frames.
 #[tokio::test(start_paused = true)]
 async fn test_pipeline_lagging_write_does_not_pin_the_request_frame() {
     let profiles = vec![LatencyProfile::local(), fixed_put(3_600_000)];
     let h = harness(profiles, 1, ProduceSettings::default()).await;
-    let topic = h
-        .control
-        .create_topic("lagging", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
-    let batch = build_test_batch(1, 1_000, NO_PRODUCER);
-    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut bytes = batch.to_vec();
-    bytes.resize(1024 * 1024, 0);
-    let frame = Bytes::from_owner(TrackedFrame {
-        bytes,
-        dropped: dropped.clone(),
-    });
-    let part = PartitionBatches {
-        topic_id: topic,
-        partition: 0,
-        batches: split_and_validate(&frame.slice(0..batch.len())).unwrap(),
-    };
-    drop(frame);
-    let outcome = h.pipeline.submit(ticket(vec![part])).await.await;
-    assert_eq!(base_offset(&outcome[0]), 0, "committed on the fast bucket");
-    for _ in 0..100 {
-        if dropped.load(std::sync::atomic::Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let dropped = produce_from_large_frame(&h, "lagging").await;
+    let released = frame_dropped(&dropped).await;
     assert!(
         ingest_keys(&h.buckets[1].raw).await.is_empty(),
         "the slow bucket's write is still in flight"
     );
     assert!(
-        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        released,
         "the lagging write keeps its 1 MiB request frame alive"
     );
 }

@@ -23,13 +23,17 @@ pub(crate) async fn upload(
     let mut backoff = Backoff::new(Duration::from_millis(25), Duration::from_secs(1));
     let mut rng = fastrand::Rng::with_seed(seq);
     let mut attempt = 0;
-    // One copy of the file: its parts are slices of request frames, and writes that outlive the
-    // quorum (copies to slow buckets, bounded by bytes) would otherwise keep whole frames alive
-    // after their requests are answered, while being charged only for the slices.
-    let file = encoded.to_contiguous();
+    // One copy of each part: batches are slices of request frames, and what outlives the
+    // request (writes past the quorum to slow buckets, the read cache) would otherwise keep whole
+    // frames alive while charged only for the slices. The PUT and the cache share the copies.
+    let parts: Vec<Bytes> = encoded
+        .parts
+        .iter()
+        .map(|part| Bytes::copy_from_slice(part))
+        .collect();
     let holders = loop {
         attempt += 1;
-        let payload = PutPayload::from(file.clone());
+        let payload: PutPayload = parts.iter().cloned().collect();
         match writer.put(key, payload).await {
             Ok(holders) => break holders,
             Err(err) if attempt < attempts.max(1) && err.is_retryable() => {
@@ -43,16 +47,14 @@ pub(crate) async fn upload(
         }
     };
     // parts = [header, batch…, footer+trailer]; batches are in footer order.
-    let batch_parts = encoded.parts.iter().skip(1);
+    let batch_parts = parts.iter().skip(1);
     let locations = encoded
         .footer
         .partitions
         .iter()
         .flat_map(|section| &section.batches);
     for (location, bytes) in locations.zip(batch_parts) {
-        // A batch is a slice of its request frame: cached as is, a tiny batch would keep the
-        // whole frame (up to max_frame_bytes) alive while the cache charged only the batch.
-        cache.insert_range(key, location.range(), Bytes::copy_from_slice(bytes));
+        cache.insert_range(key, location.range(), bytes.clone());
     }
     Ok(holders)
 }

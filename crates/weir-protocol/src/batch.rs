@@ -222,40 +222,16 @@ pub fn set_log_append_time(batch: &mut [u8], append_time: i64) {
     reseal(batch);
 }
 
-/// Test helper and tool for building a minimal valid batch with `count` empty-bodied records.
+/// Test helper and tool for building a minimal valid batch of `count` records, each with no key
+/// and the one-byte value `x`, all at `first_timestamp`.
 pub fn build_test_batch(count: i32, first_timestamp: i64, producer: (i64, i16, i32)) -> Bytes {
-    use bytes::BufMut;
-    let mut records = Vec::new();
-    for delta in 0..count {
-        // Record: length varint, attributes, timestamp delta, offset delta, key len -1, value len 1, value, headers 0.
-        let mut body = vec![0u8];
-        crate::records::write_varint(&mut body, 0);
-        crate::records::write_varint(&mut body, i64::from(delta));
-        crate::records::write_varint(&mut body, -1);
-        crate::records::write_varint(&mut body, 1);
-        body.push(b'x');
-        crate::records::write_varint(&mut body, 0);
-        crate::records::write_varint(&mut records, body.len() as i64);
-        records.extend_from_slice(&body);
-    }
-    let mut out = bytes::BytesMut::new();
-    out.put_i64(0);
-    out.put_i32((RECORD_BATCH_HEADER_LEN - LOG_OVERHEAD + records.len()) as i32);
-    out.put_i32(-1);
-    out.put_i8(2);
-    out.put_u32(0);
-    out.put_i16(0);
-    out.put_i32(count - 1);
-    out.put_i64(first_timestamp);
-    out.put_i64(first_timestamp);
-    out.put_i64(producer.0);
-    out.put_i16(producer.1);
-    out.put_i32(producer.2);
-    out.put_i32(count);
-    out.extend_from_slice(&records);
-    let crc = crc32c::crc32c(&out[CRC_START..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    out.freeze()
+    let record = crate::records::RecordSpec {
+        key: None,
+        value: Some(b"x".to_vec()),
+        timestamp: first_timestamp,
+    };
+    let records = vec![record; usize::try_from(count).unwrap_or(0)];
+    crate::records::build_producer_batch(Compression::None, &records, producer)
 }
 
 #[cfg(test)]

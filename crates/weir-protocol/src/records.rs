@@ -267,6 +267,15 @@ pub struct RecordSpec {
 /// Builds a valid v2 batch of `records` compressed with `codec` (snappy: raw). For tools, tests
 /// and benchmarks; the agent never builds batches.
 pub fn build_batch(codec: Compression, records: &[RecordSpec]) -> bytes::Bytes {
+    build_producer_batch(codec, records, (-1, -1, -1))
+}
+
+/// [`build_batch`] with a producer id, epoch and base sequence in the header.
+pub fn build_producer_batch(
+    codec: Compression,
+    records: &[RecordSpec],
+    producer: (i64, i16, i32),
+) -> bytes::Bytes {
     use bytes::BufMut;
     let first_timestamp = records.first().map_or(0, |r| r.timestamp);
     let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(0);
@@ -300,9 +309,9 @@ pub fn build_batch(codec: Compression, records: &[RecordSpec]) -> bytes::Bytes {
     out.put_i32(count - 1);
     out.put_i64(first_timestamp);
     out.put_i64(max_timestamp);
-    out.put_i64(-1);
-    out.put_i16(-1);
-    out.put_i32(-1);
+    out.put_i64(producer.0);
+    out.put_i16(producer.1);
+    out.put_i32(producer.2);
     out.put_i32(count);
     out.extend_from_slice(&payload);
     crate::batch::reseal(&mut out);
