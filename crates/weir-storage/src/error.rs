@@ -28,6 +28,23 @@ pub enum StorageError {
         last_error: Box<StorageError>,
     },
 
+    /// A bucket lacks something Weir relies on (found by [`crate::probe`] at startup).
+    #[error("bucket {bucket} does not support {capability}: {detail}. Weir relies on it for {needed_for}; refusing to start (docs/operations.md lists stores that pass)")]
+    MissingCapability {
+        /// The bucket's display name.
+        bucket: String,
+        /// What is missing, e.g. `create-only writes (If-None-Match: *)`.
+        capability: &'static str,
+        /// What the probe saw.
+        detail: String,
+        /// Why Weir needs it.
+        needed_for: &'static str,
+    },
+
+    /// The configured buckets are not the ones the metadata log's holders name.
+    #[error("{0}")]
+    BucketMismatch(String),
+
     /// A configuration value (URL, profile, quorum, holder index…) is invalid.
     #[error("invalid storage config: {0}")]
     InvalidConfig(String),
@@ -63,7 +80,10 @@ impl StorageError {
                     | std::io::ErrorKind::WouldBlock
             ),
             StorageError::QuorumFailed { last_error, .. } => last_error.is_retryable(),
-            StorageError::UnsupportedScheme(_) | StorageError::InvalidConfig(_) => false,
+            StorageError::UnsupportedScheme(_)
+            | StorageError::InvalidConfig(_)
+            | StorageError::MissingCapability { .. }
+            | StorageError::BucketMismatch(_) => false,
         }
     }
 }

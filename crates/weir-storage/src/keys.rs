@@ -7,6 +7,9 @@
 //! meta/snapshot/{seq:020}                   metadata snapshots
 //! meta/epoch/{epoch:020}                    control-plane writer epochs
 //! queue/{name}                              object-storage job queues
+//! meta/buckets/{n:020}                      ingest bucket ids in holder order (version n)
+//! weir/bucket-id                            this bucket's stable id (written at first use)
+//! weir/probe/{nonce}                        startup capability probes (deleted after)
 //! ```
 //!
 //! Sequence numbers are zero-padded to 20 digits (`u64::MAX` has 20) so that lexicographic
@@ -60,6 +63,26 @@ pub fn meta_epoch(epoch: u64) -> Path {
 /// Key of the job queue object `name`: `queue/{name}`.
 pub fn queue(name: &str) -> Path {
     Path::from_iter(["queue", name])
+}
+
+/// Key of version `n` of the ingest bucket list: `meta/buckets/{n:020}`.
+pub fn meta_buckets(n: u64) -> Path {
+    meta_buckets_prefix().join(format!("{n:020}"))
+}
+
+/// Prefix of the ingest bucket lists: `meta/buckets`.
+pub fn meta_buckets_prefix() -> Path {
+    Path::from_iter(["meta", "buckets"])
+}
+
+/// Key of a bucket's own stable id: `weir/bucket-id`.
+pub fn bucket_id() -> Path {
+    Path::from_iter(["weir", "bucket-id"])
+}
+
+/// Key of a startup probe object: `weir/probe/{nonce}`.
+pub fn probe(nonce: &str) -> Path {
+    Path::from_iter(["weir", "probe", nonce])
 }
 
 /// Prefix of the metadata log: `meta/log`.

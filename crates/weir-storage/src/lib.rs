@@ -6,20 +6,28 @@
 //! - [`cache`] — byte-bounded LRU read cache, written through by fresh uploads.
 //! - [`quorum`] — write one object to a quorum of buckets (background copies bounded per
 //!   bucket); read from any holder.
-//! - [`timeout`] — a deadline on every request, so a hung call fails retriably.
+//! - [`layer`] — the storage layer every bucket is wrapped in: deadlines, one retry policy,
+//!   request counters.
+//! - [`stats`] — request counters and estimated cost per bucket (price tables).
+//! - [`probe`] — startup checks of what a bucket must support (create-only writes, CAS).
+//! - [`identity`] — stable bucket ids, checked against the holders the log names.
 //! - [`error`] — [`StorageError`].
 
 pub mod cache;
 pub mod error;
+pub mod identity;
 pub mod keys;
+pub mod layer;
 pub mod model;
+pub mod probe;
 pub mod quorum;
-pub mod timeout;
+pub mod stats;
 pub mod url;
 
 pub use cache::{CacheStats, ReadCache};
 pub use error::StorageError;
+pub use layer::{LayerPolicy, LayerStore, DEFAULT_REQUEST_TIMEOUT};
 pub use model::{maybe_wrap, LatencyProfile, ModelStore, OpLatency, PutPhases, PROFILE_NAMES};
 pub use quorum::{LagStats, QuorumWriter, DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET};
-pub use timeout::{TimeoutStore, DEFAULT_REQUEST_TIMEOUT};
-pub use url::{local_store, open_store};
+pub use stats::{BucketSnapshot, BucketStats, Outcome, PriceTable, RequestClass, StorageStats};
+pub use url::{local_store, open_store, BucketUrl};

@@ -350,6 +350,7 @@ struct Model {
     profile: LatencyProfile,
     rng: Mutex<fastrand::Rng>,
     outage: AtomicBool,
+    ignore_conditions: AtomicBool,
 }
 
 impl Model {
@@ -429,6 +430,7 @@ impl ModelStore {
                 profile,
                 rng: Mutex::new(fastrand::Rng::with_seed(seed)),
                 outage: AtomicBool::new(false),
+                ignore_conditions: AtomicBool::new(false),
             }),
         })
     }
@@ -442,6 +444,13 @@ impl ModelStore {
     /// fails with a transient error after its latency.
     pub fn set_outage(&self, down: bool) {
         self.model.outage.store(down, Ordering::SeqCst);
+    }
+
+    /// Makes (`true`) the store ignore conditional writes, like an S3-compatible server that
+    /// drops `If-None-Match` / `If-Match`: every put then overwrites. The startup probe
+    /// ([`crate::probe`]) must refuse such a store.
+    pub fn set_ignore_conditions(&self, ignore: bool) {
+        self.model.ignore_conditions.store(ignore, Ordering::SeqCst);
     }
 
     /// Whether an outage is in effect.
@@ -488,6 +497,14 @@ impl ObjectStore for ModelStore {
         self.model
             .gate(Op::PutObject, payload.content_length() as u64)
             .await?;
+        let opts = if self.model.ignore_conditions.load(Ordering::SeqCst) {
+            PutOptions {
+                mode: object_store::PutMode::Overwrite,
+                ..opts
+            }
+        } else {
+            opts
+        };
         self.inner.put_opts(location, payload, opts).await
     }
 

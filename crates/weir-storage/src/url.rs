@@ -1,36 +1,258 @@
-//! Opening an object store by URL.
+//! Opening a bucket by URL.
 //!
-//! Supported: `memory://` (in-process, lost on exit) and `file:///abs/path` or
-//! `file://relative/path` (local directory, created if missing, fsync on). Cloud schemes
-//! (`s3://`, `gs://`, `az://`) are not built in yet and return
-//! [`StorageError::UnsupportedScheme`].
+//! | URL | store |
+//! |---|---|
+//! | `memory://[name]` | in-process, lost on exit |
+//! | `file:///abs/path`, `file://rel/path` | local directory, created if missing, fsync on |
+//! | `s3://bucket[/prefix]` (`s3a://`) | AWS S3 or an S3-compatible server; `*--x-s3` = S3 Express One Zone |
+//! | `gs://bucket[/prefix]` | Google Cloud Storage |
+//! | `az://container[/prefix]`, `azure://…`, `abfs[s]://container@account.dfs.core.windows.net/…` | Azure Blob Storage |
+//!
+//! Options of the cloud stores (endpoint, region, credentials, …) come, lowest precedence
+//! first, from the cloud's standard environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`, read
+//! by the builders' `from_env`), the options given by the caller (config
+//! `[storage.options]`, `[storage.bucket_options."<url>"]`) and the URL's query string
+//! (`s3://b?endpoint=http://127.0.0.1:9000&allow_http=true`). Keys are `object_store`'s config keys,
+//! short or with their cloud prefix (`endpoint` or `aws_endpoint`). One key is Weir's own:
+//! `price`, the bucket's price table ([`crate::stats::PriceTable`]).
+//!
+//! The clients' own retries are switched off: the storage layer ([`crate::layer`]) owns the one
+//! retry policy.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use object_store::{local::LocalFileSystem, memory::InMemory, ObjectStore};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::prefix::PrefixStore;
+use object_store::{local::LocalFileSystem, memory::InMemory, ObjectStore, RetryConfig};
 
 use crate::StorageError;
 
-/// Opens the object store named by `url`.
-pub fn open_store(url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(StorageError::InvalidConfig(format!(
-            "object store URL {url:?} has no scheme (expected e.g. file:///path or memory://)"
-        )));
-    };
-    match scheme {
-        "memory" => Ok(Arc::new(InMemory::new())),
-        "file" => {
-            // `file:///abs` → "/abs"; `file://rel/dir` → "rel/dir".
-            if rest.is_empty() {
-                return Err(StorageError::InvalidConfig(format!(
-                    "file URL {url:?} has no path"
-                )));
+/// Weir's own per-bucket option: the price table name.
+pub const PRICE_OPTION: &str = "price";
+
+/// A parsed bucket URL: scheme, bucket, key prefix and options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketUrl {
+    /// `s3`, `gs`, `az`, `file`, `memory`, …
+    pub scheme: String,
+    /// The bucket or container (for `file://`, the directory; for `memory://`, the name).
+    pub bucket: String,
+    /// Key prefix inside the bucket ("" for none).
+    pub prefix: String,
+    /// Options from the URL's query string, in order.
+    pub query: Vec<(String, String)>,
+    raw: String,
+}
+
+impl BucketUrl {
+    /// Parses `url`.
+    pub fn parse(url: &str) -> Result<BucketUrl, StorageError> {
+        let invalid = |why: &str| StorageError::InvalidConfig(format!("bucket URL {url:?}: {why}"));
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(invalid(
+                "no scheme (expected e.g. file:///path, memory://, s3://bucket, gs://bucket, az://container)",
+            ));
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        let (location, query) = match rest.split_once('?') {
+            Some((location, query)) => (location, parse_query(query).map_err(|e| invalid(&e))?),
+            None => (rest, Vec::new()),
+        };
+        let (bucket, prefix) = match scheme.as_str() {
+            // The whole path is the directory.
+            "file" => {
+                if location.is_empty() {
+                    return Err(invalid("no path"));
+                }
+                (location.to_string(), String::new())
             }
-            Ok(Arc::new(local_store(std::path::Path::new(rest))?))
-        }
-        other => Err(StorageError::UnsupportedScheme(other.to_string())),
+            "memory" => (location.to_string(), String::new()),
+            "s3" | "s3a" | "gs" | "az" | "azure" | "abfs" | "abfss" => {
+                let (bucket, prefix) = location.split_once('/').unwrap_or((location, ""));
+                if bucket.is_empty() {
+                    return Err(invalid("no bucket name"));
+                }
+                (bucket.to_string(), prefix.trim_matches('/').to_string())
+            }
+            other => return Err(StorageError::UnsupportedScheme(other.to_string())),
+        };
+        Ok(BucketUrl {
+            scheme,
+            bucket,
+            prefix,
+            query,
+            raw: url.to_string(),
+        })
     }
+
+    /// The URL without its query string (which may hold credentials): how logs, errors and
+    /// metrics name the bucket.
+    pub fn display_name(&self) -> String {
+        self.raw
+            .split_once('?')
+            .map_or(self.raw.as_str(), |(name, _)| name)
+            .to_string()
+    }
+
+    /// Whether objects written here outlive the process.
+    pub fn is_durable(&self) -> bool {
+        self.scheme != "memory"
+    }
+
+    /// The value of option `key` after merging `options` and the query (query wins).
+    pub fn option(&self, options: &BTreeMap<String, String>, key: &str) -> Option<String> {
+        self.query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .or_else(|| options.get(key).cloned())
+    }
+
+    /// Opens the store: the cloud's environment, then `options`, then the URL's query.
+    pub fn open(
+        &self,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Arc<dyn ObjectStore>, StorageError> {
+        let merged: Vec<(String, String)> = options
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .chain(
+                self.query
+                    .iter()
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.clone())),
+            )
+            .filter(|(k, _)| k != PRICE_OPTION)
+            .collect();
+        let no_options = || -> Result<(), StorageError> {
+            match merged.first() {
+                Some((key, _)) => Err(StorageError::InvalidConfig(format!(
+                    "bucket {}: option {key:?} does not apply to {}:// buckets",
+                    self.display_name(),
+                    self.scheme
+                ))),
+                None => Ok(()),
+            }
+        };
+        let unknown = |key: &str| {
+            StorageError::InvalidConfig(format!(
+                "bucket {}: unknown option {key:?} (see object_store's config keys for {}://)",
+                self.display_name(),
+                self.scheme
+            ))
+        };
+        let store: Arc<dyn ObjectStore> = match self.scheme.as_str() {
+            "memory" => {
+                no_options()?;
+                Arc::new(InMemory::new())
+            }
+            "file" => {
+                no_options()?;
+                Arc::new(local_store(std::path::Path::new(&self.bucket))?)
+            }
+            "s3" | "s3a" => {
+                let mut builder = AmazonS3Builder::from_env().with_bucket_name(&self.bucket);
+                if self.bucket.ends_with("--x-s3") {
+                    builder = builder.with_s3_express(true);
+                }
+                for (key, value) in &merged {
+                    let parsed: AmazonS3ConfigKey = key.parse().map_err(|_| unknown(key))?;
+                    builder = builder.with_config(parsed, value);
+                }
+                Arc::new(builder.with_retry(no_client_retries()).build()?)
+            }
+            "gs" => {
+                let mut builder =
+                    GoogleCloudStorageBuilder::from_env().with_bucket_name(&self.bucket);
+                for (key, value) in &merged {
+                    let parsed: GoogleConfigKey = key.parse().map_err(|_| unknown(key))?;
+                    builder = builder.with_config(parsed, value);
+                }
+                Arc::new(builder.with_retry(no_client_retries()).build()?)
+            }
+            "az" | "azure" | "abfs" | "abfss" => {
+                let mut builder = MicrosoftAzureBuilder::from_env();
+                builder = if self.scheme.starts_with("abfs") {
+                    // `abfs://container@account.dfs.core.windows.net/prefix`
+                    let host = self.display_name();
+                    let host = host.split('/').take(3).collect::<Vec<_>>().join("/");
+                    builder.with_url(host)
+                } else {
+                    builder.with_container_name(&self.bucket)
+                };
+                for (key, value) in &merged {
+                    // `account` reads better in a URL than object_store's `account_name`.
+                    let key = if key == "account" {
+                        "account_name"
+                    } else {
+                        key
+                    };
+                    let parsed: AzureConfigKey = key.parse().map_err(|_| unknown(key))?;
+                    builder = builder.with_config(parsed, value);
+                }
+                Arc::new(builder.with_retry(no_client_retries()).build()?)
+            }
+            other => return Err(StorageError::UnsupportedScheme(other.to_string())),
+        };
+        if self.prefix.is_empty() {
+            return Ok(store);
+        }
+        Ok(Arc::new(PrefixStore::new(store, self.prefix.as_str())))
+    }
+}
+
+/// The cloud clients retry nothing themselves: [`crate::layer`] decides.
+fn no_client_retries() -> RetryConfig {
+    RetryConfig {
+        max_retries: 0,
+        ..RetryConfig::default()
+    }
+}
+
+fn parse_query(query: &str) -> Result<Vec<(String, String)>, String> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, "true"));
+            Ok((percent_decode(key)?, percent_decode(value)?))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = text
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+                out.push(hex);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 after decoding"))
+}
+
+/// Opens the store named by `url` with no options beyond the environment and its query.
+pub fn open_store(url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
+    BucketUrl::parse(url)?.open(&BTreeMap::new())
 }
 
 /// A [`LocalFileSystem`] rooted at `dir` (created if missing) with fsync enabled.
@@ -44,67 +266,4 @@ pub fn local_store(dir: &std::path::Path) -> Result<LocalFileSystem, StorageErro
 }
 
 #[cfg(test)]
-mod tests {
-    use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-
-    use super::*;
-
-    #[test]
-    fn test_url_local_store_has_fsync_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = local_store(dir.path()).unwrap();
-        let debug = format!("{store:?}");
-        assert!(debug.contains("fsync: true"), "{debug}");
-
-        let url = format!("file://{}", dir.path().join("sub").display());
-        let opened = open_store(&url).unwrap();
-        let debug = format!("{opened:?}");
-        assert!(debug.contains("LocalFileSystem"), "{debug}");
-        assert!(debug.contains("fsync: true"), "{debug}");
-        assert!(dir.path().join("sub").is_dir());
-    }
-
-    #[test]
-    fn test_url_schemes() {
-        assert!(open_store("memory://").is_ok());
-        assert!(matches!(
-            open_store("s3://bucket/x"),
-            Err(StorageError::UnsupportedScheme(s)) if s == "s3"
-        ));
-        assert!(matches!(
-            open_store("/no/scheme"),
-            Err(StorageError::InvalidConfig(_))
-        ));
-        assert!(matches!(
-            open_store("file://"),
-            Err(StorageError::InvalidConfig(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn test_url_file_put_create_conflict_is_already_exists() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open_store(&format!("file://{}", dir.path().display())).unwrap();
-        let key = crate::keys::meta_log(1);
-        let create = || PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        store
-            .put_opts(&key, PutPayload::from_static(b"first"), create())
-            .await
-            .unwrap();
-        let err = store
-            .put_opts(&key, PutPayload::from_static(b"second"), create())
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, object_store::Error::AlreadyExists { .. }),
-            "{err:?}"
-        );
-        let got = store.get(&key).await.unwrap().bytes().await.unwrap();
-        assert_eq!(&got[..], b"first");
-        // the file really is on disk under the directory
-        assert!(dir.path().join("meta/log/00000000000000000001").is_file());
-    }
-}
+mod tests;

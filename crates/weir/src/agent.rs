@@ -12,7 +12,8 @@ use weir_fetch::FetchReader;
 use weir_produce::{ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
 use weir_storage::{
-    maybe_wrap, open_store, LatencyProfile, ModelStore, QuorumWriter, ReadCache, TimeoutStore,
+    maybe_wrap, open_store, BucketStats, LatencyProfile, LayerPolicy, LayerStore, ModelStore,
+    PriceTable, QuorumWriter, ReadCache,
 };
 
 use crate::config::{Config, StorageConfig};
@@ -129,7 +130,12 @@ fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn Object
 /// The outermost wrapper of every bucket: a deadline on each request (`storage.request_timeout`),
 /// so that a hung request (slow-bucket fault tests included) fails retriably.
 fn with_deadline(store: Arc<dyn ObjectStore>, storage: &StorageConfig) -> Arc<dyn ObjectStore> {
-    Arc::new(TimeoutStore::new(store, storage.request_timeout))
+    let stats = Arc::new(BucketStats::new("bucket", "free", PriceTable::FREE));
+    Arc::new(LayerStore::new(
+        store,
+        LayerPolicy::default().with_request_timeout(storage.request_timeout),
+        stats,
+    ))
 }
 
 /// Wraps `store` in the configured latency profile and error rate (unchanged for `local`

@@ -1,0 +1,306 @@
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use object_store::memory::InMemory;
+use object_store::{ObjectStoreExt, PutMode};
+
+use super::*;
+use crate::model::{LatencyProfile, ModelStore};
+use crate::stats::PriceTable;
+
+fn stats() -> Arc<BucketStats> {
+    Arc::new(BucketStats::new(
+        "memory://test",
+        "s3-standard",
+        PriceTable::named("s3-standard").unwrap(),
+    ))
+}
+
+fn hung_store() -> Arc<dyn ObjectStore> {
+    let hung = LatencyProfile::constant("hung", Duration::from_secs(24 * 3600));
+    Arc::new(ModelStore::new(Arc::new(InMemory::new()), hung, 1).unwrap())
+}
+
+fn policy(timeout: Duration) -> LayerPolicy {
+    LayerPolicy::default().with_request_timeout(timeout)
+}
+
+/// A store whose next `failures` writes fail with the error `make` builds; then it behaves.
+struct Flaky {
+    inner: InMemory,
+    failures: AtomicU32,
+    attempts: AtomicU32,
+    make: Mutex<Box<dyn Fn() -> object_store::Error + Send>>,
+}
+
+impl Flaky {
+    fn new(failures: u32, make: impl Fn() -> object_store::Error + Send + 'static) -> Flaky {
+        Flaky {
+            inner: InMemory::new(),
+            failures: AtomicU32::new(failures),
+            attempts: AtomicU32::new(0),
+            make: Mutex::new(Box::new(make)),
+        }
+    }
+}
+
+impl fmt::Debug for Flaky {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Flaky")
+    }
+}
+
+impl fmt::Display for Flaky {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Flaky")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Flaky {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            return Err((self.make.lock().unwrap())());
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+fn status_error(status: &str) -> object_store::Error {
+    #[derive(Debug, thiserror::Error)]
+    #[error("Server returned non-2xx status code: {0}: <Error><Code>X</Code></Error>")]
+    struct Status(String);
+    #[derive(Debug, thiserror::Error)]
+    #[error("Error performing PUT http://127.0.0.1/b/k in 2ms")]
+    struct Outer(#[source] Status);
+    object_store::Error::Generic {
+        store: "S3",
+        source: Box::new(Outer(Status(status.to_string()))),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_fails_a_hung_put_retriably_within_the_request_deadline() {
+    let store = LayerStore::new(hung_store(), policy(Duration::from_secs(2)), stats());
+    let started = Instant::now();
+    let err = store
+        .put(&Path::from("a"), PutPayload::from_static(b"x"))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() <= Duration::from_secs(2) + Duration::from_millis(50));
+    assert!(err.to_string().contains("did not finish within"), "{err}");
+    assert!(crate::StorageError::from(err).is_retryable());
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Put, Outcome::Timeout), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_retries_a_hung_attempt_when_time_is_left() {
+    let mut policy = policy(Duration::from_secs(10));
+    policy.attempt_timeout = Duration::from_secs(1);
+    let store = LayerStore::new(hung_store(), policy, stats());
+    let err = store
+        .put(&Path::from("a"), PutPayload::from_static(b"x"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("did not finish within"), "{err}");
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Put, Outcome::Timeout), 3);
+    assert_eq!(snap.retries_of(RequestClass::Put), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_fails_hung_get_and_list() {
+    let store = LayerStore::new(hung_store(), policy(Duration::from_secs(2)), stats());
+    assert!(store.get(&Path::from("a")).await.is_err());
+    let listed: Vec<_> = store.list(None).collect().await;
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_passes_fast_requests_through_and_counts_them() {
+    let store = LayerStore::new(
+        Arc::new(InMemory::new()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    store
+        .put(&Path::from("a"), PutPayload::from_static(b"hello"))
+        .await
+        .unwrap();
+    let body = store.get(&Path::from("a")).await.unwrap().bytes().await;
+    assert_eq!(body.unwrap(), Bytes::from_static(b"hello"));
+    store.head(&Path::from("a")).await.unwrap();
+    assert!(store.head(&Path::from("missing")).await.is_err());
+    let listed: Vec<_> = store.list(None).collect().await;
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].is_ok());
+    store.delete(&Path::from("a")).await.unwrap();
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Put, Outcome::Ok), 1);
+    assert_eq!(snap.requests(RequestClass::Get, Outcome::Ok), 1);
+    assert_eq!(snap.requests(RequestClass::Head, Outcome::Ok), 1);
+    assert_eq!(snap.requests(RequestClass::Head, Outcome::NotFound), 1);
+    assert_eq!(snap.requests(RequestClass::List, Outcome::Ok), 1);
+    assert_eq!(snap.requests(RequestClass::Delete, Outcome::Ok), 1);
+    assert_eq!(snap.bytes_up, 5);
+    assert_eq!(snap.bytes_down, 5);
+    assert_eq!(snap.total_requests(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_retries_throttling_and_server_errors_then_succeeds() {
+    for status in [
+        "503 Service Unavailable",
+        "500 Internal Server Error",
+        "429 Too Many Requests",
+    ] {
+        let flaky = Arc::new(Flaky::new(2, move || status_error(status)));
+        let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(10)), stats());
+        store
+            .put(&Path::from("a"), PutPayload::from_static(b"x"))
+            .await
+            .unwrap_or_else(|e| panic!("{status}: {e}"));
+        assert_eq!(flaky.attempts.load(Ordering::SeqCst), 3, "{status}");
+        let snap = store.stats().snapshot();
+        assert_eq!(snap.retries_of(RequestClass::Put), 2);
+        let throttled = snap.requests(RequestClass::Put, Outcome::Throttled);
+        let errors = snap.requests(RequestClass::Put, Outcome::Error);
+        if status.starts_with('5') && !status.starts_with("500") || status.starts_with("429") {
+            assert_eq!((throttled, errors), (2, 0), "{status}");
+        } else {
+            assert_eq!((throttled, errors), (0, 2), "{status}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_gives_up_after_max_attempts() {
+    let flaky = Arc::new(Flaky::new(10, || status_error("503 Service Unavailable")));
+    let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(60)), stats());
+    let err = store
+        .put(&Path::from("a"), PutPayload::from_static(b"x"))
+        .await
+        .unwrap_err();
+    assert_eq!(http_status(&err), Some(503));
+    assert_eq!(flaky.attempts.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_answers_are_not_retried() {
+    type MakeError = Box<dyn Fn() -> object_store::Error + Send>;
+    let cases: Vec<(&str, MakeError)> = vec![
+        ("400", Box::new(|| status_error("400 Bad Request"))),
+        ("403", Box::new(|| status_error("403 Forbidden"))),
+        (
+            "precondition",
+            Box::new(|| object_store::Error::Precondition {
+                path: "a".into(),
+                source: "etag".into(),
+            }),
+        ),
+    ];
+    for (name, make) in cases {
+        let flaky = Arc::new(Flaky::new(1, make));
+        let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(10)), stats());
+        assert!(store
+            .put(&Path::from("a"), PutPayload::from_static(b"x"))
+            .await
+            .is_err());
+        assert_eq!(
+            flaky.attempts.load(Ordering::SeqCst),
+            1,
+            "{name} was retried"
+        );
+    }
+    // A create-only conflict is an answer too.
+    let store = LayerStore::new(
+        Arc::new(InMemory::new()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let create = || PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    let key = Path::from("k");
+    store
+        .put_opts(&key, PutPayload::from_static(b"1"), create())
+        .await
+        .unwrap();
+    let err = store
+        .put_opts(&key, PutPayload::from_static(b"2"), create())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, object_store::Error::AlreadyExists { .. }),
+        "{err}"
+    );
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Put, Outcome::Conflict), 1);
+    assert_eq!(snap.retries_of(RequestClass::Put), 0);
+}
+
+#[test]
+fn test_layer_attempt_deadline_grows_with_size_and_backoff_is_bounded() {
+    let policy = LayerPolicy::default();
+    assert_eq!(policy.attempt_deadline(0), policy.attempt_timeout);
+    assert_eq!(
+        policy.attempt_deadline(8 << 20),
+        policy.attempt_timeout + Duration::from_secs(2)
+    );
+    for attempt in 1..40 {
+        assert!(policy.backoff(attempt, true) <= policy.backoff_max);
+        assert!(policy.backoff(attempt, false) <= policy.backoff_max);
+    }
+    assert!(LayerPolicy {
+        max_attempts: 0,
+        ..policy
+    }
+    .validate()
+    .is_err());
+    assert!(policy.validate().is_ok());
+}
