@@ -85,13 +85,17 @@ pub async fn ensure_bucket_id(
 pub enum HolderCheck {
     /// No list was recorded (a new log, or one from before bucket ids): recorded now.
     Recorded,
-    /// The configured buckets are the recorded ones, in the same order.
+    /// The configured buckets are the recorded ones, in the same order (unreachable buckets
+    /// excepted: their position is only checked not to be taken by another known bucket).
     Matches,
     /// The configured buckets extend the recorded list at the end; the longer list is recorded.
     Extended {
         /// How many buckets were added.
         added: usize,
     },
+    /// Nothing contradicts the configuration, but a bucket whose id is unknown (unreachable at
+    /// startup) keeps the list from being recorded or extended now; the next start does it.
+    NotRecorded,
 }
 
 fn render_list(ids: &[String]) -> String {
@@ -134,32 +138,37 @@ async fn latest_list(meta: &dyn ObjectStore) -> Result<Option<(u64, Vec<String>)
     Ok(Some((latest, parse_list(&bytes)?)))
 }
 
-/// Checks the configured ingest buckets (`ids[i]` is the id of `names[i]`, i.e. of
-/// `storage.ingest_buckets[i]`) against the list recorded in the metadata bucket `meta`, and
-/// records a new or extended list. See the module docs.
+/// Checks the configured ingest buckets against the list recorded in the metadata bucket
+/// `meta`, and records a new or extended list. `ids[i]` is the id of `names[i]`, i.e. of
+/// `storage.ingest_buckets[i]`, or `None` when that bucket could not be read at startup. See the
+/// module docs.
 pub async fn check_holders(
     meta: &dyn ObjectStore,
-    ids: &[String],
+    ids: &[Option<String>],
     names: &[String],
 ) -> Result<HolderCheck, StorageError> {
     for _ in 0..3 {
         let (version, recorded) = latest_list(meta).await?.unwrap_or_default();
-        let outcome = if version == 0 {
-            HolderCheck::Recorded
-        } else if recorded == ids {
-            return Ok(HolderCheck::Matches);
-        } else if ids.len() > recorded.len() && ids[..recorded.len()] == recorded[..] {
-            HolderCheck::Extended {
-                added: ids.len() - recorded.len(),
-            }
-        } else {
+        if version > 0 && !consistent(&recorded, ids) {
             return Err(StorageError::BucketMismatch(mismatch_message(
                 &recorded, ids, names,
             )));
+        }
+        let outcome = if version == 0 {
+            HolderCheck::Recorded
+        } else if ids.len() == recorded.len() {
+            return Ok(HolderCheck::Matches);
+        } else {
+            HolderCheck::Extended {
+                added: ids.len() - recorded.len(),
+            }
+        };
+        let Some(known) = ids.iter().cloned().collect::<Option<Vec<String>>>() else {
+            return Ok(HolderCheck::NotRecorded);
         };
         let key = keys::meta_buckets(version + 1);
         match meta
-            .put_opts(&key, PutPayload::from(render_list(ids)), create())
+            .put_opts(&key, PutPayload::from(render_list(&known)), create())
             .await
         {
             Ok(_) => return Ok(outcome),
@@ -176,7 +185,25 @@ pub async fn check_holders(
     ))
 }
 
-fn mismatch_message(recorded: &[String], ids: &[String], names: &[String]) -> String {
+/// Whether `ids` is `recorded`, possibly extended at the end, with unknown ids allowed where
+/// they cannot hide a reordering.
+fn consistent(recorded: &[String], ids: &[Option<String>]) -> bool {
+    if ids.len() < recorded.len() {
+        return false;
+    }
+    ids.iter()
+        .enumerate()
+        .all(|(i, id)| match (id, recorded.get(i)) {
+            (Some(id), Some(want)) => id == want,
+            // An added bucket must be new.
+            (Some(id), None) => !recorded.contains(id),
+            // Unknown: the recorded id of this position must not be claimed by another bucket.
+            (None, Some(want)) => !ids.iter().flatten().any(|other| other == want),
+            (None, None) => true,
+        })
+}
+
+fn mismatch_message(recorded: &[String], ids: &[Option<String>], names: &[String]) -> String {
     let mut lines = vec![format!(
         "storage.ingest_buckets does not match the buckets the metadata log's holders name \
          ({} recorded, {} configured):",
@@ -184,19 +211,22 @@ fn mismatch_message(recorded: &[String], ids: &[String], names: &[String]) -> St
         ids.len()
     )];
     for (i, id) in ids.iter().enumerate() {
-        match recorded.get(i) {
-            Some(want) if want == id => {}
-            Some(want) => lines.push(format!(
+        match (id, recorded.get(i)) {
+            (Some(id), Some(want)) if id != want => lines.push(format!(
                 "  ingest_buckets[{i}] = {} has bucket id {id}, but holder #{i} is bucket id {want}",
                 names[i]
             )),
-            None => {}
+            (Some(id), None) if recorded.contains(id) => lines.push(format!(
+                "  ingest_buckets[{i}] = {} (bucket id {id}) is already a holder at another position",
+                names[i]
+            )),
+            _ => {}
         }
     }
     let missing: Vec<String> = recorded
         .iter()
         .enumerate()
-        .filter(|(_, id)| !ids.contains(id))
+        .filter(|(_, id)| !ids.iter().flatten().any(|known| known == *id))
         .map(|(i, id)| format!("holder #{i} (bucket id {id})"))
         .collect();
     if !missing.is_empty() {
@@ -209,7 +239,7 @@ fn mismatch_message(recorded: &[String], ids: &[String], names: &[String]) -> St
         .iter()
         .map(|want| {
             ids.iter()
-                .position(|id| id == want)
+                .position(|id| id.as_ref() == Some(want))
                 .map(|at| names[at].as_str())
         })
         .collect();
@@ -218,7 +248,7 @@ fn mismatch_message(recorded: &[String], ids: &[String], names: &[String]) -> St
             let extra: Vec<&str> = ids
                 .iter()
                 .zip(names)
-                .filter(|(id, _)| !recorded.contains(id))
+                .filter(|(id, _)| id.as_ref().is_none_or(|id| !recorded.contains(id)))
                 .map(|(_, name)| name.as_str())
                 .collect();
             lines.push(format!(
@@ -245,10 +275,12 @@ mod tests {
 
     use super::*;
 
-    async fn ids(stores: &[&InMemory]) -> Vec<String> {
+    async fn ids(stores: &[&InMemory]) -> Vec<Option<String>> {
         let mut out = Vec::new();
         for (i, store) in stores.iter().enumerate() {
-            out.push(ensure_bucket_id(*store, &format!("b{i}")).await.unwrap());
+            out.push(Some(
+                ensure_bucket_id(*store, &format!("b{i}")).await.unwrap(),
+            ));
         }
         out
     }
@@ -335,5 +367,37 @@ mod tests {
         assert!(check_holders(&meta, &ab[..1], &names(&["s3://a"]))
             .await
             .is_err());
+    }
+
+    #[tokio::test]
+    async fn test_identity_unreachable_bucket_is_tolerated_unless_it_hides_a_reorder() {
+        let (a, b, c, meta) = (
+            InMemory::new(),
+            InMemory::new(),
+            InMemory::new(),
+            InMemory::new(),
+        );
+        let abc = ids(&[&a, &b, &c]).await;
+        let n = names(&["s3://a", "s3://b", "s3://c"]);
+        // Unreachable before anything was recorded: nothing recorded yet.
+        let a_unknown = vec![None, abc[1].clone(), abc[2].clone()];
+        assert_eq!(
+            check_holders(&meta, &a_unknown, &n).await.unwrap(),
+            HolderCheck::NotRecorded
+        );
+        check_holders(&meta, &abc, &n).await.unwrap();
+        // Bucket b down at a later start: fine.
+        let b_down = vec![abc[0].clone(), None, abc[2].clone()];
+        assert_eq!(
+            check_holders(&meta, &b_down, &n).await.unwrap(),
+            HolderCheck::Matches
+        );
+        // Bucket b down, and c configured in b's place: refused (c's id is holder #2's).
+        let moved = vec![abc[0].clone(), abc[2].clone(), None];
+        let err = check_holders(&meta, &moved, &names(&["s3://a", "s3://c", "s3://b"]))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ingest_buckets[1] = s3://c"), "{err}");
     }
 }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use object_store::ObjectStore;
 use tokio::sync::watch;
 use tracing::info;
 use weir_common::{Clock, SystemClock};
@@ -11,12 +10,10 @@ use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
 use weir_produce::{ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
-use weir_storage::{
-    maybe_wrap, open_store, BucketStats, LatencyProfile, LayerPolicy, LayerStore, ModelStore,
-    PriceTable, QuorumWriter, ReadCache,
-};
+use weir_storage::{QuorumWriter, ReadCache};
 
-use crate::config::{Config, StorageConfig};
+use crate::buckets::Buckets;
+use crate::config::Config;
 use crate::AgentArgs;
 
 /// Config file, then environment, then flags.
@@ -88,90 +85,6 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn open_buckets(config: &Config, seed: u64) -> anyhow::Result<Vec<Arc<dyn ObjectStore>>> {
-    let urls = if config.storage.ingest_buckets.is_empty() {
-        std::fs::create_dir_all(&config.agent.data_dir)
-            .with_context(|| format!("creating data dir {}", config.agent.data_dir.display()))?;
-        let dir = std::fs::canonicalize(&config.agent.data_dir)?;
-        vec![format!("file://{}/bucket", dir.display())]
-    } else {
-        config.storage.ingest_buckets.clone()
-    };
-    urls.iter()
-        .enumerate()
-        .map(|(index, url)| {
-            let store = open_store(url).with_context(|| format!("opening bucket {url}"))?;
-            let bucket_seed = seed.wrapping_add(index as u64);
-            let store = if config.storage.down_buckets.contains(&index) {
-                let profile = LatencyProfile::named(&config.storage.profile)
-                    .context("unknown storage profile")?;
-                let down = ModelStore::new(store, profile, bucket_seed)?;
-                down.set_outage(true);
-                tracing::warn!(bucket = index, %url, "fault test: bucket is down for this run");
-                Arc::new(down)
-            } else {
-                with_fault_model(store, &config.storage, bucket_seed)?
-            };
-            if !config.storage.slow_buckets.contains(&index) {
-                return Ok(with_deadline(store, &config.storage));
-            }
-            let delay = config.storage.slow_bucket_delay;
-            let slow = ModelStore::new(
-                store,
-                LatencyProfile::constant(&format!("slow-bucket-{index}"), delay),
-                bucket_seed,
-            )?;
-            tracing::warn!(bucket = index, %url, ?delay, "fault test: bucket is slow for this run");
-            Ok(with_deadline(Arc::new(slow), &config.storage))
-        })
-        .collect()
-}
-
-/// The outermost wrapper of every bucket: a deadline on each request (`storage.request_timeout`),
-/// so that a hung request (slow-bucket fault tests included) fails retriably.
-fn with_deadline(store: Arc<dyn ObjectStore>, storage: &StorageConfig) -> Arc<dyn ObjectStore> {
-    let stats = Arc::new(BucketStats::new("bucket", "free", PriceTable::FREE));
-    Arc::new(LayerStore::new(
-        store,
-        LayerPolicy::default().with_request_timeout(storage.request_timeout),
-        stats,
-    ))
-}
-
-/// Wraps `store` in the configured latency profile and error rate (unchanged for `local`
-/// without errors).
-fn with_fault_model(
-    store: Arc<dyn ObjectStore>,
-    storage: &StorageConfig,
-    seed: u64,
-) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    if storage.error_rate == 0.0 {
-        return Ok(maybe_wrap(store, &storage.profile, seed)?);
-    }
-    let profile = LatencyProfile::named(&storage.profile)
-        .context("unknown storage profile")?
-        .with_error_rate(storage.error_rate);
-    Ok(Arc::new(ModelStore::new(store, profile, seed)?))
-}
-
-/// The store of the control plane's metadata log: `storage.metadata_bucket` under the fault
-/// model, or else the first ingest bucket (as opened, fault-test wrappers included).
-fn open_metadata_bucket(
-    config: &Config,
-    buckets: &[Arc<dyn ObjectStore>],
-    seed: u64,
-) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    let url = &config.storage.metadata_bucket;
-    if url.is_empty() {
-        return buckets.first().cloned().context("no ingest bucket");
-    }
-    let store = open_store(url).with_context(|| format!("opening metadata bucket {url}"))?;
-    // A seed apart from the ingest buckets' (seed + index) so its faults are not theirs.
-    let store = with_fault_model(store, &config.storage, seed.rotate_left(17) ^ 0x6d65_7461)?;
-    info!(%url, "metadata log in its own bucket");
-    Ok(with_deadline(store, &config.storage))
-}
-
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let seed = (clock.now_ms() as u64) ^ u64::from(std::process::id()).rotate_left(32);
@@ -181,8 +94,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     } else {
         config.storage.fault_seed
     };
-    let buckets = open_buckets(&config, fault_seed)?;
-    let metadata = open_metadata_bucket(&config, &buckets, fault_seed)?;
+    let buckets = Buckets::open(&config, fault_seed)?;
+    buckets.verify().await?;
+    let storage_stats = buckets.stats.clone();
+    let metadata = buckets.metadata.store.clone();
     let listener = tokio::net::TcpListener::bind(&config.agent.listen)
         .await
         .with_context(|| format!("binding {}", config.agent.listen))?;
@@ -208,7 +123,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     .await
     .context("recovering the control plane")?;
     let writer = Arc::new(
-        QuorumWriter::new(buckets, config.storage.quorum)?
+        QuorumWriter::new(buckets.ingest_stores(), config.storage.quorum)?
             .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket)
             .with_read_hedge_after(config.storage.read_hedge_after),
     );
@@ -284,6 +199,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             );
         }
     }
+    for line in storage_stats.summary() {
+        info!("object storage: {line}");
+    }
     info!("stopped");
     Ok(())
 }
@@ -302,96 +220,13 @@ async fn wait_for_signal() {
     }
 }
 
+/// The agent's configuration from command-line flags (tests).
 #[cfg(test)]
-mod tests {
+pub(crate) fn config_from_flags(flags: &[&str]) -> anyhow::Result<Config> {
     use clap::Parser;
-
-    use super::*;
-    use crate::{Cli, Command};
-
-    fn agent_config(flags: &[&str]) -> anyhow::Result<Config> {
-        let argv = ["weir", "agent"].iter().chain(flags);
-        let Command::Agent(args) = Cli::try_parse_from(argv)?.command else {
-            panic!("not the agent command");
-        };
-        resolve_config(&args)
-    }
-
-    #[test]
-    fn test_agent_slow_and_down_buckets_are_wrapped() {
-        let config = agent_config(&[
-            "--ingest-bucket",
-            "memory://a",
-            "--ingest-bucket",
-            "memory://b",
-            "--ingest-bucket",
-            "memory://c",
-            "--quorum",
-            "2",
-            "--slow-bucket",
-            "1",
-            "--slow-bucket",
-            "2",
-            "--down-bucket",
-            "2",
-        ])
-        .unwrap();
-        assert_eq!(config.storage.slow_buckets, vec![1, 2]);
-        let buckets = open_buckets(&config, 1).unwrap();
-        let names: Vec<String> = buckets.iter().map(|b| b.to_string()).collect();
-        // Every bucket has a request deadline outermost, slow-bucket delays included.
-        assert!(
-            names[0].starts_with("TimeoutStore(10s, InMemory"),
-            "{names:?}"
-        );
-        assert!(
-            names[1].starts_with("TimeoutStore(10s, ModelStore(slow-bucket-1, InMemory"),
-            "{names:?}"
-        );
-        assert!(
-            names[2].starts_with(
-                "TimeoutStore(10s, ModelStore(slow-bucket-2, ModelStore(local, InMemory"
-            ),
-            "{names:?}"
-        );
-        // The metadata log stays in bucket 0 by default.
-        let metadata = open_metadata_bucket(&config, &buckets, 1).unwrap();
-        assert!(Arc::ptr_eq(&metadata, &buckets[0]));
-
-        let err = agent_config(&["--ingest-bucket", "memory://a", "--slow-bucket", "1"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("storage.slow_buckets names bucket 1"), "{err}");
-    }
-
-    #[test]
-    fn test_agent_metadata_bucket_gets_the_fault_model() {
-        let config = agent_config(&[
-            "--ingest-bucket",
-            "memory://a",
-            "--ingest-bucket",
-            "memory://b",
-            "--down-bucket",
-            "0",
-            "--metadata-bucket",
-            "memory://meta",
-            "--storage-profile",
-            "s3-express",
-        ])
-        .unwrap();
-        let buckets = open_buckets(&config, 1).unwrap();
-        let metadata = open_metadata_bucket(&config, &buckets, 1).unwrap();
-        assert!(!buckets.iter().any(|b| Arc::ptr_eq(b, &metadata)));
-        assert!(
-            metadata
-                .to_string()
-                .starts_with("TimeoutStore(10s, ModelStore(s3-express, InMemory"),
-            "{metadata}"
-        );
-
-        let err = agent_config(&["--ingest-bucket", "memory://a", "--down-bucket", "0"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("metadata log"), "{err}");
-    }
+    let argv = ["weir", "agent"].iter().chain(flags);
+    let crate::Command::Agent(args) = crate::Cli::try_parse_from(argv)?.command else {
+        panic!("not the agent command");
+    };
+    resolve_config(&args)
 }

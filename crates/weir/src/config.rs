@@ -1,6 +1,7 @@
 //! Agent configuration: `config/weir.toml` defaults, overridden by `WEIR_<SECTION>_<KEY>`
 //! environment variables, overridden by command-line flags.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -70,7 +71,38 @@ pub(crate) struct StorageConfig {
     pub(crate) read_hedge_after: Duration,
     #[serde(with = "humantime_serde")]
     pub(crate) request_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) attempt_timeout: Duration,
+    pub(crate) min_throughput: u64,
+    pub(crate) max_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub(crate) backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) throttle_backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) backoff_max: Duration,
     pub(crate) cache_bytes: usize,
+    /// Options for every cloud bucket (object_store config keys).
+    pub(crate) options: BTreeMap<String, String>,
+    /// Options of one bucket, keyed by its URL without query string.
+    pub(crate) bucket_options: BTreeMap<String, BTreeMap<String, String>>,
+    /// Price tables by class name: overrides of the built-in ones, or new classes.
+    pub(crate) prices: BTreeMap<String, weir_storage::PriceTable>,
+}
+
+impl StorageConfig {
+    /// The storage layer's deadlines and retries.
+    pub(crate) fn policy(&self) -> weir_storage::LayerPolicy {
+        weir_storage::LayerPolicy {
+            request_timeout: self.request_timeout,
+            attempt_timeout: self.attempt_timeout,
+            min_throughput: self.min_throughput,
+            max_attempts: self.max_attempts,
+            backoff_base: self.backoff_base,
+            throttle_backoff_base: self.throttle_backoff_base,
+            backoff_max: self.backoff_max,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -231,9 +263,10 @@ impl Config {
                  set storage.metadata_bucket to keep the log elsewhere"
             );
         }
-        if self.storage.request_timeout.is_zero() {
-            bail!("storage.request_timeout must be positive");
-        }
+        self.storage
+            .policy()
+            .validate()
+            .map_err(anyhow::Error::msg)?;
         if self.kafka.request_read_timeout.is_zero() {
             bail!("kafka.request_read_timeout must be positive");
         }

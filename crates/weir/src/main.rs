@@ -1,6 +1,7 @@
 //! The `weir` binary: `weir agent` runs a complete single-node Weir.
 
 mod agent;
+mod buckets;
 mod config;
 
 use std::path::PathBuf;

@@ -1,0 +1,243 @@
+//! Opening the agent's buckets: URL → store → fault model (tests) → storage layer, then the
+//! startup checks (capability probes, bucket identity) before anything is served.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use object_store::ObjectStore;
+use tracing::{info, warn};
+use weir_storage::identity::{self, HolderCheck};
+use weir_storage::url::PRICE_OPTION;
+use weir_storage::{
+    maybe_wrap, probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
+    StorageError, StorageStats,
+};
+
+use crate::config::{Config, StorageConfig};
+
+/// One opened bucket: its display name (URL without options) and its layered store.
+#[derive(Clone)]
+pub(crate) struct Bucket {
+    pub(crate) name: String,
+    pub(crate) store: Arc<dyn ObjectStore>,
+}
+
+/// Every bucket of the agent, opened and wrapped (not yet checked: [`Buckets::verify`]).
+pub(crate) struct Buckets {
+    pub(crate) ingest: Vec<Bucket>,
+    /// The metadata log's bucket; the first ingest bucket unless `storage.metadata_bucket`.
+    pub(crate) metadata: Bucket,
+    /// Whether `metadata` is its own bucket (not `ingest[0]`).
+    pub(crate) separate_metadata: bool,
+    /// Request counters of every bucket (each registered once).
+    pub(crate) stats: StorageStats,
+}
+
+impl Buckets {
+    /// Opens every configured bucket. Cloud clients are built here but nothing is sent yet.
+    pub(crate) fn open(config: &Config, seed: u64) -> anyhow::Result<Buckets> {
+        let storage = &config.storage;
+        let stats = StorageStats::new();
+        let urls = if storage.ingest_buckets.is_empty() {
+            std::fs::create_dir_all(&config.agent.data_dir).with_context(|| {
+                format!("creating data dir {}", config.agent.data_dir.display())
+            })?;
+            let dir = std::fs::canonicalize(&config.agent.data_dir)?;
+            vec![format!("file://{}/bucket", dir.display())]
+        } else {
+            storage.ingest_buckets.clone()
+        };
+        let mut ingest = Vec::with_capacity(urls.len());
+        for (index, url) in urls.iter().enumerate() {
+            let (name, raw, bucket_stats) = open_raw(storage, url, &stats)?;
+            let bucket_seed = seed.wrapping_add(index as u64);
+            let store = if storage.down_buckets.contains(&index) {
+                let profile =
+                    LatencyProfile::named(&storage.profile).context("unknown storage profile")?;
+                let down = ModelStore::new(raw, profile, bucket_seed)?;
+                down.set_outage(true);
+                warn!(bucket = index, %name, "fault test: bucket is down for this run");
+                Arc::new(down)
+            } else {
+                with_fault_model(raw, storage, bucket_seed)?
+            };
+            let store = if storage.slow_buckets.contains(&index) {
+                let delay = storage.slow_bucket_delay;
+                warn!(bucket = index, %name, ?delay, "fault test: bucket is slow for this run");
+                Arc::new(ModelStore::new(
+                    store,
+                    LatencyProfile::constant(&format!("slow-bucket-{index}"), delay),
+                    bucket_seed,
+                )?)
+            } else {
+                store
+            };
+            ingest.push(Bucket {
+                name,
+                store: layered(store, storage, bucket_stats),
+            });
+        }
+        let (metadata, separate_metadata) = if storage.metadata_bucket.is_empty() {
+            (ingest[0].clone(), false)
+        } else {
+            let (name, raw, bucket_stats) = open_raw(storage, &storage.metadata_bucket, &stats)?;
+            // A seed apart from the ingest buckets' (seed + index) so its faults are not theirs.
+            let store = with_fault_model(raw, storage, seed.rotate_left(17) ^ 0x6d65_7461)?;
+            info!(bucket = %name, "metadata log in its own bucket");
+            let store = layered(store, storage, bucket_stats);
+            (Bucket { name, store }, true)
+        };
+        Ok(Buckets {
+            ingest,
+            metadata,
+            separate_metadata,
+            stats,
+        })
+    }
+
+    /// The startup checks, before the control plane reads anything:
+    ///
+    /// 1. every bucket Weir writes to must honour create-only writes (the probe writes one key
+    ///    twice) — a bucket that does not refuses the start, naming it;
+    /// 2. every reachable ingest bucket's id, in configured order, must match the holder list
+    ///    recorded in the metadata bucket.
+    ///
+    /// An ingest bucket that cannot be reached (a transient error after the layer's retries) is
+    /// logged and left unchecked, so one failed zone does not keep the agent down; the metadata
+    /// bucket must be reachable. Anything else (permission denied, no such bucket, …) stops the
+    /// start with the store's error.
+    pub(crate) async fn verify(&self) -> anyhow::Result<()> {
+        if self.separate_metadata {
+            probe::create_only(
+                self.metadata.store.as_ref(),
+                &self.metadata.name,
+                "the metadata log (create-only slots and epochs)",
+            )
+            .await
+            .map_err(|e| fatal(&self.metadata.name, e))?;
+        }
+        let mut ids = Vec::with_capacity(self.ingest.len());
+        for (index, bucket) in self.ingest.iter().enumerate() {
+            let needed_for = if index == 0 && !self.separate_metadata {
+                "the metadata log (create-only slots and epochs) and its bucket id"
+            } else {
+                "its stable bucket id"
+            };
+            let checked = async {
+                probe::create_only(bucket.store.as_ref(), &bucket.name, needed_for).await?;
+                identity::ensure_bucket_id(bucket.store.as_ref(), &bucket.name).await
+            }
+            .await;
+            match checked {
+                Ok(id) => ids.push(Some(id)),
+                Err(e) if e.is_retryable() && (index > 0 || self.separate_metadata) => {
+                    warn!(
+                        bucket = %bucket.name,
+                        holder = index,
+                        error = %e,
+                        "ingest bucket unreachable at startup: its create-only support and bucket \
+                         id are unchecked; produce needs storage.quorum reachable buckets. Check \
+                         the bucket's endpoint and credentials"
+                    );
+                    ids.push(None);
+                }
+                Err(e) => return Err(fatal(&bucket.name, e)),
+            }
+        }
+        let names: Vec<String> = self.ingest.iter().map(|b| b.name.clone()).collect();
+        match identity::check_holders(self.metadata.store.as_ref(), &ids, &names).await? {
+            HolderCheck::Recorded => info!(buckets = ?names, "ingest bucket ids recorded"),
+            HolderCheck::Matches => info!(buckets = ?names, "ingest bucket ids match the log"),
+            HolderCheck::Extended { added } => {
+                info!(added, buckets = ?names, "ingest buckets appended to the recorded list")
+            }
+            HolderCheck::NotRecorded => warn!(
+                buckets = ?names,
+                "ingest bucket list not recorded yet: a bucket was unreachable; the next start \
+                 records it"
+            ),
+        }
+        Ok(())
+    }
+
+    /// The ingest buckets' layered stores, in holder order.
+    pub(crate) fn ingest_stores(&self) -> Vec<Arc<dyn ObjectStore>> {
+        self.ingest.iter().map(|b| b.store.clone()).collect()
+    }
+}
+
+fn fatal(bucket: &str, error: StorageError) -> anyhow::Error {
+    match error {
+        StorageError::MissingCapability { .. } | StorageError::BucketMismatch(_) => error.into(),
+        other => anyhow::Error::new(other).context(format!(
+            "bucket {bucket} failed its startup check (is the bucket there, and are the \
+             endpoint and credentials right?)"
+        )),
+    }
+}
+
+/// Parses and opens one URL, and registers its counters with the price table that applies.
+fn open_raw(
+    storage: &StorageConfig,
+    url: &str,
+    stats: &StorageStats,
+) -> anyhow::Result<(String, Arc<dyn ObjectStore>, Arc<BucketStats>)> {
+    let parsed = BucketUrl::parse(url)?;
+    let name = parsed.display_name();
+    let mut options: BTreeMap<String, String> = storage.options.clone();
+    if let Some(own) = storage.bucket_options.get(&name) {
+        options.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    // Cloud options do not apply to local buckets; the global ones are for cloud buckets.
+    if matches!(parsed.scheme.as_str(), "file" | "memory") {
+        options.retain(|k, _| k == PRICE_OPTION || storage.bucket_options.contains_key(&name));
+    }
+    let price_class = parsed.option(&options, PRICE_OPTION).unwrap_or_else(|| {
+        PriceTable::default_class(&parsed.scheme, &parsed.bucket, &storage.profile).to_string()
+    });
+    let prices = match storage.prices.get(&price_class) {
+        Some(table) => *table,
+        None => PriceTable::named(&price_class).with_context(|| {
+            format!(
+                "bucket {name}: unknown price class {price_class:?} (built in: {}; or define \
+                 [storage.prices.{price_class}])",
+                PriceTable::NAMES.join(", ")
+            )
+        })?,
+    };
+    let raw = parsed
+        .open(&options)
+        .with_context(|| format!("opening bucket {name}"))?;
+    let bucket_stats = Arc::new(BucketStats::new(&name, &price_class, prices));
+    stats.register(bucket_stats.clone());
+    Ok((name, raw, bucket_stats))
+}
+
+/// The outermost wrapper of every bucket: the storage layer (deadlines, retries, counters).
+fn layered(
+    store: Arc<dyn ObjectStore>,
+    storage: &StorageConfig,
+    stats: Arc<BucketStats>,
+) -> Arc<dyn ObjectStore> {
+    Arc::new(LayerStore::new(store, storage.policy(), stats))
+}
+
+/// Wraps `store` in the configured latency profile and error rate (unchanged for `local`
+/// without errors).
+fn with_fault_model(
+    store: Arc<dyn ObjectStore>,
+    storage: &StorageConfig,
+    seed: u64,
+) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    if storage.error_rate == 0.0 {
+        return Ok(maybe_wrap(store, &storage.profile, seed)?);
+    }
+    let profile = LatencyProfile::named(&storage.profile)
+        .context("unknown storage profile")?
+        .with_error_rate(storage.error_rate);
+    Ok(Arc::new(ModelStore::new(store, profile, seed)?))
+}
+
+#[cfg(test)]
+mod tests;

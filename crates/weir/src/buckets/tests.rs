@@ -1,0 +1,216 @@
+use std::sync::Arc;
+
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use weir_storage::{LayerPolicy, LayerStore, RequestClass};
+
+use super::*;
+use crate::agent::config_from_flags;
+
+#[test]
+fn test_buckets_slow_and_down_buckets_are_wrapped() {
+    let config = config_from_flags(&[
+        "--ingest-bucket",
+        "memory://a",
+        "--ingest-bucket",
+        "memory://b",
+        "--ingest-bucket",
+        "memory://c",
+        "--quorum",
+        "2",
+        "--slow-bucket",
+        "1",
+        "--slow-bucket",
+        "2",
+        "--down-bucket",
+        "2",
+    ])
+    .unwrap();
+    assert_eq!(config.storage.slow_buckets, vec![1, 2]);
+    let buckets = Buckets::open(&config, 1).unwrap();
+    let names: Vec<String> = buckets.ingest.iter().map(|b| b.store.to_string()).collect();
+    // Every bucket has the storage layer outermost, slow-bucket delays included.
+    assert!(
+        names[0].starts_with("Layer(memory://a, 10s, InMemory"),
+        "{names:?}"
+    );
+    assert!(
+        names[1].starts_with("Layer(memory://b, 10s, ModelStore(slow-bucket-1, InMemory"),
+        "{names:?}"
+    );
+    assert!(
+        names[2].starts_with(
+            "Layer(memory://c, 10s, ModelStore(slow-bucket-2, ModelStore(local, InMemory"
+        ),
+        "{names:?}"
+    );
+    // The metadata log stays in bucket 0 by default.
+    assert!(Arc::ptr_eq(
+        &buckets.metadata.store,
+        &buckets.ingest[0].store
+    ));
+    assert!(!buckets.separate_metadata);
+    assert_eq!(buckets.stats.snapshot().len(), 3);
+
+    let err = config_from_flags(&["--ingest-bucket", "memory://a", "--slow-bucket", "1"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("storage.slow_buckets names bucket 1"), "{err}");
+}
+
+#[test]
+fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
+    let config = config_from_flags(&[
+        "--ingest-bucket",
+        "memory://a",
+        "--ingest-bucket",
+        "memory://b?price=s3-standard",
+        "--down-bucket",
+        "0",
+        "--metadata-bucket",
+        "memory://meta",
+        "--storage-profile",
+        "s3-express",
+    ])
+    .unwrap();
+    let buckets = Buckets::open(&config, 1).unwrap();
+    let metadata = &buckets.metadata.store;
+    assert!(!buckets
+        .ingest
+        .iter()
+        .any(|b| Arc::ptr_eq(&b.store, metadata)));
+    assert!(
+        metadata
+            .to_string()
+            .starts_with("Layer(memory://meta, 10s, ModelStore(s3-express, InMemory"),
+        "{metadata}"
+    );
+    // Local buckets are priced by their profile unless they name a price class.
+    let classes: Vec<String> = buckets
+        .stats
+        .snapshot()
+        .into_iter()
+        .map(|b| format!("{}={}", b.name, b.price_class))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            "memory://a=s3-express",
+            "memory://b=s3-standard",
+            "memory://meta=s3-express"
+        ]
+    );
+
+    let err = config_from_flags(&["--ingest-bucket", "memory://a", "--down-bucket", "0"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("metadata log"), "{err}");
+    let config = config_from_flags(&["--ingest-bucket", "memory://a?price=gold"]).unwrap();
+    let err = Buckets::open(&config, 1).err().unwrap().to_string();
+    assert!(err.contains("unknown price class \"gold\""), "{err}");
+}
+
+fn file_flags(dirs: &[&std::path::Path], meta: &std::path::Path) -> Vec<String> {
+    let mut flags = Vec::new();
+    for dir in dirs {
+        flags.push("--ingest-bucket".to_string());
+        flags.push(format!("file://{}", dir.display()));
+    }
+    flags.push("--metadata-bucket".into());
+    flags.push(format!("file://{}", meta.display()));
+    flags
+}
+
+async fn verify_with(flags: &[String]) -> anyhow::Result<()> {
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let config = config_from_flags(&refs)?;
+    Buckets::open(&config, 1)?.verify().await
+}
+
+#[tokio::test]
+async fn test_buckets_reordered_ingest_buckets_refuse_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, meta) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("m"),
+    );
+    verify_with(&file_flags(&[&a, &b], &meta)).await.unwrap();
+    verify_with(&file_flags(&[&a, &b], &meta)).await.unwrap();
+    let err = verify_with(&file_flags(&[&b, &a], &meta))
+        .await
+        .unwrap_err()
+        .to_string();
+    let want = format!(
+        "fix: list the buckets in this order: [file://{}, file://{}]",
+        a.display(),
+        b.display()
+    );
+    assert!(err.contains(&want), "{err}");
+    // Adding a bucket at the end is fine.
+    let c = tmp.path().join("c");
+    verify_with(&file_flags(&[&a, &b, &c], &meta))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn test_buckets_down_ingest_bucket_does_not_block_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, meta) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("m"),
+    );
+    let mut flags = file_flags(&[&a, &b], &meta);
+    flags.extend(["--down-bucket".to_string(), "1".to_string()]);
+    flags.extend(["--storage-error-rate".to_string(), "0".to_string()]);
+    std::env::set_var("WEIR_STORAGE_REQUEST_TIMEOUT", "200ms");
+    let result = verify_with(&flags).await;
+    std::env::remove_var("WEIR_STORAGE_REQUEST_TIMEOUT");
+    result.unwrap();
+    // ... and without the down bucket the next start records the list.
+    verify_with(&file_flags(&[&a, &b], &meta)).await.unwrap();
+    assert!(meta.join("meta/buckets").read_dir().unwrap().count() == 1);
+}
+
+#[tokio::test]
+async fn test_buckets_store_ignoring_conditions_refuses_to_start() {
+    let model = weir_storage::ModelStore::new(
+        Arc::new(InMemory::new()),
+        weir_storage::LatencyProfile::named("local").unwrap(),
+        1,
+    )
+    .unwrap();
+    model.set_ignore_conditions(true);
+    let stats = Arc::new(weir_storage::BucketStats::new(
+        "s3://weir-meta",
+        "s3-standard",
+        weir_storage::PriceTable::named("s3-standard").unwrap(),
+    ));
+    let store: Arc<dyn ObjectStore> = Arc::new(LayerStore::new(
+        Arc::new(model),
+        LayerPolicy::default(),
+        stats.clone(),
+    ));
+    let good: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let buckets = Buckets {
+        ingest: vec![Bucket {
+            name: "s3://weir-a".into(),
+            store: good,
+        }],
+        metadata: Bucket {
+            name: "s3://weir-meta".into(),
+            store,
+        },
+        separate_metadata: true,
+        stats: StorageStats::new(),
+    };
+    let err = format!("{:#}", buckets.verify().await.unwrap_err());
+    assert!(
+        err.contains("s3://weir-meta") && err.contains("create-only"),
+        "{err}"
+    );
+    // The probe's requests went through the layer and were counted.
+    assert!(stats.snapshot().requests_of(RequestClass::Put) >= 2);
+}
