@@ -22,6 +22,7 @@ MUTATIONS=(
   "first-sequence-any|crates/weir-control/src/state.rs|s/if batch.base_sequence == 0 \{/if batch.base_sequence >= 0 {/|an idempotent producer's first batch (or new epoch) may start at any sequence (ORD-1, seed 17's bug)"
   "epoch-taken-ignored|crates/weir-control/src/log.rs|s/if log_epoch > epoch \{/if false \&\& log_epoch > epoch {/|recovery writes its NewEpoch after a later epoch's records instead of failing with EpochTaken (issue 9 4.1)"
   "ack-before-durable|crates/weir-control/src/plane.rs|s/waiters.push\(\(reply, self.working.apply\(&entry\)\)\);/let result = self.working.apply(&entry); let _ = reply.send(Ok(result.clone())); waiters.push((oneshot::channel().0, result));/|the control plane answers an entry when it is sealed, before its slot is durable (DUR-1)"
+  "create-conflict-is-success|crates/weir-storage/src/layer.rs|s/self\\.call\\(RequestClass::Put, \"put\", bytes, (.*?)\\.await/match self.call(RequestClass::Put, \"put\", bytes, \$1.await { Err(object_store::Error::AlreadyExists { .. }) => Ok(PutResult { e_tag: None, version: None, extensions: Default::default() }), other => other }/s|the storage layer reports a lost create-only write as written, like a store that ignores If-None-Match (CTL-1, DUR-1; the startup probe refuses such stores)"
 )
 
 wanted=("$@")

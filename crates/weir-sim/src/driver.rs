@@ -24,7 +24,10 @@ use weir_produce::{
     ProduceTicket, TicketOutcome,
 };
 use weir_protocol::batch::{build_test_batch, split_and_validate, BatchHeader};
-use weir_storage::{LatencyProfile, ModelStore, OpLatency, QuorumWriter, ReadCache};
+use weir_storage::{
+    BucketStats, LatencyProfile, LayerPolicy, LayerStore, ModelStore, OpLatency, PriceTable,
+    QuorumWriter, ReadCache,
+};
 
 use crate::audit::{check_log, Auditor, Breaches, Shadow};
 use crate::client::{Batch, BatchId, Client, Kind};

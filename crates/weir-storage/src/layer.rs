@@ -25,7 +25,7 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -113,8 +113,9 @@ impl LayerPolicy {
         self.attempt_timeout.saturating_add(transfer)
     }
 
-    /// The backoff before attempt `attempt + 1` (attempt counts from 1), full jitter.
-    fn backoff(&self, attempt: u32, throttled: bool) -> Duration {
+    /// The backoff before attempt `attempt + 1` (attempt counts from 1), full jitter drawn
+    /// from `rng`.
+    fn backoff(&self, attempt: u32, throttled: bool, rng: &mut fastrand::Rng) -> Duration {
         let base = if throttled {
             self.throttle_backoff_base
         } else {
@@ -122,7 +123,7 @@ impl LayerPolicy {
         };
         let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
         let cap = exp.min(self.backoff_max);
-        cap.mul_f64(fastrand::f64())
+        cap.mul_f64(rng.f64())
     }
 }
 
@@ -209,6 +210,8 @@ pub struct LayerStore {
     inner: Arc<dyn ObjectStore>,
     policy: LayerPolicy,
     stats: Arc<BucketStats>,
+    /// Backoff jitter; seeded by the simulation so its runs repeat.
+    rng: Mutex<fastrand::Rng>,
 }
 
 impl LayerStore {
@@ -222,6 +225,15 @@ impl LayerStore {
             inner,
             policy,
             stats,
+            rng: Mutex::new(fastrand::Rng::new()),
+        }
+    }
+
+    /// Draws backoff jitter from a generator seeded with `seed` (deterministic simulation).
+    pub fn with_jitter_seed(self, seed: u64) -> LayerStore {
+        LayerStore {
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            ..self
         }
     }
 
@@ -267,7 +279,11 @@ impl LayerStore {
             if !is_retryable(&err) || attempts >= self.policy.max_attempts {
                 return Err(err);
             }
-            let backoff = self.policy.backoff(attempts, outcome == Outcome::Throttled);
+            let backoff = {
+                let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+                self.policy
+                    .backoff(attempts, outcome == Outcome::Throttled, &mut rng)
+            };
             if Instant::now() + backoff >= deadline {
                 return Err(err);
             }

@@ -25,11 +25,12 @@ impl World {
         self.opened_count += 1;
         let number = self.opened_count - 1;
         let halted = Arc::new(AtomicBool::new(false));
-        let store: Arc<dyn ObjectStore> = Arc::new(Gate::new(
+        let gate = Arc::new(Gate::new(
             self.log_bucket.model.clone(),
             halted.clone(),
             log_faults,
         ));
+        let store = layered("log", gate, u64::from(number) << 8);
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
             snapshot_every_slots: self.scenario.snapshot_every,
@@ -54,12 +55,23 @@ impl World {
     }
 
     pub(super) fn opened(&mut self, number: u32, halted: Arc<AtomicBool>, control: ControlPlane) {
-        let stores: Vec<Arc<dyn ObjectStore>> = self
+        let gates: Vec<Arc<dyn ObjectStore>> = self
             .buckets
             .iter()
             .map(|b| {
                 Arc::new(Gate::new(b.model.clone(), halted.clone(), b.faults.clone()))
                     as Arc<dyn ObjectStore>
+            })
+            .collect();
+        let stores: Vec<Arc<dyn ObjectStore>> = gates
+            .into_iter()
+            .enumerate()
+            .map(|(i, gate)| {
+                layered(
+                    &format!("bucket-{i}"),
+                    gate,
+                    u64::from(number) << 8 | (i as u64 + 1),
+                )
             })
             .collect();
         let writer =
@@ -384,4 +396,13 @@ impl World {
             }
         }
     }
+}
+
+/// The production storage layer (deadlines, retries) over a simulated bucket. Its backoff jitter
+/// is seeded from the incarnation and bucket, not drawn from the world's generator, so adding
+/// the layer left every seed's fault schedule as it was.
+fn layered(name: &str, store: Arc<dyn ObjectStore>, jitter_seed: u64) -> Arc<dyn ObjectStore> {
+    let stats = Arc::new(BucketStats::new(name, "free", PriceTable::FREE));
+    let layer = LayerStore::new(store, LayerPolicy::default(), stats);
+    Arc::new(layer.with_jitter_seed(jitter_seed))
 }

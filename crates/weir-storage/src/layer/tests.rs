@@ -292,9 +292,10 @@ fn test_layer_attempt_deadline_grows_with_size_and_backoff_is_bounded() {
         policy.attempt_deadline(8 << 20),
         policy.attempt_timeout + Duration::from_secs(2)
     );
+    let mut rng = fastrand::Rng::with_seed(3);
     for attempt in 1..40 {
-        assert!(policy.backoff(attempt, true) <= policy.backoff_max);
-        assert!(policy.backoff(attempt, false) <= policy.backoff_max);
+        assert!(policy.backoff(attempt, true, &mut rng) <= policy.backoff_max);
+        assert!(policy.backoff(attempt, false, &mut rng) <= policy.backoff_max);
     }
     assert!(LayerPolicy {
         max_attempts: 0,
