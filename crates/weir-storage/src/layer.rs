@@ -332,6 +332,8 @@ impl LayerStore {
                 Some((item, Some((inner, seen, billed_open))))
             }
         })
+        // Callers may poll an ended stream again (object_store's own streams allow it).
+        .fuse()
         .boxed()
     }
 }
@@ -358,6 +360,8 @@ fn metered_body(
             }
         }
     })
+    // `GetResult::bytes` polls the body again after its end (an empty object has no chunks).
+    .fuse()
     .boxed()
 }
 

@@ -304,3 +304,24 @@ fn test_layer_attempt_deadline_grows_with_size_and_backoff_is_bounded() {
     .is_err());
     assert!(policy.validate().is_ok());
 }
+
+#[tokio::test]
+async fn test_layer_streams_may_be_polled_again_after_they_end() {
+    // object_store's `GetResult::bytes` polls a body again after it ended (an empty object on
+    // S3 or Azure has no chunks at all), so the layer's streams must be fused.
+    let mut body = metered_body(
+        stats(),
+        Duration::from_secs(1),
+        futures::stream::empty().boxed(),
+    );
+    assert!(body.next().await.is_none());
+    assert!(body.next().await.is_none());
+    let store = LayerStore::new(
+        Arc::new(InMemory::new()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let mut listed = store.list(None);
+    assert!(listed.next().await.is_none());
+    assert!(listed.next().await.is_none());
+}
