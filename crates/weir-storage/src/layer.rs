@@ -285,7 +285,9 @@ impl LayerStore {
     }
 
     /// Counts a stream's items: one request per `page` items (list pages) or per item (deletes),
-    /// and each item's outcome; each item must arrive within the attempt deadline.
+    /// and each item's outcome; each item must arrive within the attempt deadline. A failed item
+    /// ends a list, but not a delete stream (`per_request == 1`): each key of a bulk delete has
+    /// its own answer, and the keys after a failed one must still be deleted.
     fn metered_stream<T: Send + 'static>(
         &self,
         class: RequestClass,
@@ -295,11 +297,13 @@ impl LayerStore {
     ) -> BoxStream<'static, object_store::Result<T>> {
         let stats = self.stats.clone();
         let timeout = self.policy.attempt_timeout;
-        let state = (inner, 0usize, false);
+        let items_independent = per_request == 1;
+        // (inner, items that succeeded, a billed request is still open, any item arrived)
+        let state = (inner, 0usize, false, false);
         futures::stream::unfold(Some(state), move |state| {
             let stats = stats.clone();
             async move {
-                let (mut inner, mut seen, mut billed_open) = state?;
+                let (mut inner, mut seen, mut billed_open, answered) = state?;
                 let item = match tokio::time::timeout(timeout, inner.next()).await {
                     Ok(Some(Ok(item))) => {
                         seen += 1;
@@ -315,11 +319,14 @@ impl LayerStore {
                     }
                     Ok(Some(Err(err))) => {
                         stats.record(class, outcome_of(&err));
-                        return Some((Err(err), None));
+                        if !items_independent {
+                            return Some((Err(err), None));
+                        }
+                        Err(err)
                     }
                     Ok(None) => {
                         // An empty answer is still one request.
-                        if seen == 0 {
+                        if !answered {
                             stats.record(class, Outcome::Ok);
                         }
                         return None;
@@ -329,7 +336,7 @@ impl LayerStore {
                         return Some((Err(timed_out(operation, timeout)), None));
                     }
                 };
-                Some((item, Some((inner, seen, billed_open))))
+                Some((item, Some((inner, seen, billed_open, true))))
             }
         })
         // Callers may poll an ended stream again (object_store's own streams allow it).

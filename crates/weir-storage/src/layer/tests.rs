@@ -325,3 +325,38 @@ async fn test_layer_streams_may_be_polled_again_after_they_end() {
     assert!(listed.next().await.is_none());
     assert!(listed.next().await.is_none());
 }
+
+#[tokio::test]
+async fn test_layer_delete_stream_goes_on_after_a_failed_item() {
+    // Each key of a bulk delete is its own answer: a missing key (NotFound on local files) must
+    // not end the stream, or the keys after it are silently never deleted.
+    let dir = tempfile::tempdir().unwrap();
+    let store = LayerStore::new(
+        Arc::new(crate::local_store(dir.path()).unwrap()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let present = Path::from("present");
+    store
+        .put(&present, PutPayload::from_static(b"x"))
+        .await
+        .unwrap();
+    let keys = vec![Ok(Path::from("missing")), Ok(present.clone())];
+    let results: Vec<_> = store
+        .delete_stream(futures::stream::iter(keys).boxed())
+        .collect()
+        .await;
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        matches!(results[0], Err(object_store::Error::NotFound { .. })),
+        "{results:?}"
+    );
+    assert_eq!(results[1].as_ref().unwrap(), &present);
+    assert!(
+        store.head(&present).await.is_err(),
+        "present was not deleted"
+    );
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Delete, Outcome::NotFound), 1);
+    assert_eq!(snap.requests(RequestClass::Delete, Outcome::Ok), 1);
+}
