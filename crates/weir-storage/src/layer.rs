@@ -450,11 +450,13 @@ impl ObjectStore for LayerStore {
                 ));
             }
             // Local files are read synchronously by the caller: nothing there can hang on a
-            // network; count the range it will read.
+            // network; count the range it will read (none for a HEAD).
             #[allow(unreachable_patterns)]
-            _ => self
+            _ if !options.head => self
                 .stats
                 .add_bytes_down(result.range.end.saturating_sub(result.range.start)),
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
         Ok(result)
     }

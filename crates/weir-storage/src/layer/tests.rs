@@ -360,3 +360,24 @@ async fn test_layer_delete_stream_goes_on_after_a_failed_item() {
     assert_eq!(snap.requests(RequestClass::Delete, Outcome::NotFound), 1);
     assert_eq!(snap.requests(RequestClass::Delete, Outcome::Ok), 1);
 }
+
+#[tokio::test]
+async fn test_layer_head_of_a_local_file_downloads_nothing() {
+    // A local GET hands back the open file; a HEAD reads none of it and must not be counted as
+    // downloading the object.
+    let dir = tempfile::tempdir().unwrap();
+    let store = LayerStore::new(
+        Arc::new(crate::local_store(dir.path()).unwrap()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let key = Path::from("a");
+    store
+        .put(&key, PutPayload::from(vec![1u8; 1000]))
+        .await
+        .unwrap();
+    assert_eq!(store.head(&key).await.unwrap().size, 1000);
+    assert_eq!(store.stats().snapshot().bytes_down, 0);
+    store.get_range(&key, 0..10).await.unwrap();
+    assert_eq!(store.stats().snapshot().bytes_down, 10);
+}
