@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
@@ -502,12 +502,18 @@ impl ObjectStore for LayerStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        // Some servers ignore the offset (azurite ignores Azure's `startFrom` unless the client
+        // is configured as an emulator): filtering again here keeps "strictly after `offset`"
+        // true on every backend, at no cost where the server honoured it.
+        let offset = offset.clone();
         self.metered_stream(
             RequestClass::List,
             "list",
             LIST_PAGE,
-            self.inner.list_with_offset(prefix, offset),
+            self.inner.list_with_offset(prefix, &offset),
         )
+        .try_filter(move |meta| futures::future::ready(meta.location > offset))
+        .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {

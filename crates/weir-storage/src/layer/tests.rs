@@ -381,3 +381,96 @@ async fn test_layer_head_of_a_local_file_downloads_nothing() {
     store.get_range(&key, 0..10).await.unwrap();
     assert_eq!(store.stats().snapshot().bytes_down, 10);
 }
+
+/// A store that ignores the offset of `list_with_offset`, as azurite does with `startFrom` when
+/// the client does not know it is talking to the emulator (an `az://` URL with an `endpoint`).
+#[derive(Debug)]
+struct IgnoresOffset(InMemory);
+
+impl fmt::Display for IgnoresOffset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IgnoresOffset")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for IgnoresOffset {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.0.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.0.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.0.delete_stream(locations)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.0.list(prefix)
+    }
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        _offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.0.list(prefix)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+#[tokio::test]
+async fn test_layer_list_with_offset_holds_when_the_store_ignores_the_offset() {
+    let store = LayerStore::new(
+        Arc::new(IgnoresOffset(InMemory::new())),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    for key in ["log/1", "log/2", "log/3"] {
+        store
+            .put(&Path::from(key), PutPayload::from_static(b"x"))
+            .await
+            .unwrap();
+    }
+    let mut after: Vec<String> = store
+        .list_with_offset(Some(&Path::from("log")), &Path::from("log/2"))
+        .map(|meta| meta.unwrap().location.to_string())
+        .collect()
+        .await;
+    after.sort();
+    assert_eq!(after, ["log/3"]);
+    assert_eq!(
+        store
+            .stats()
+            .snapshot()
+            .requests(RequestClass::List, Outcome::Ok),
+        1
+    );
+}
