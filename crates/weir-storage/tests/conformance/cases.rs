@@ -249,10 +249,15 @@ async fn delete_and_delete_missing(_: &Backend, opened: &Opened) {
     // Deleting what is not there is an answer, never a failure: Ok or NotFound (stores differ),
     // not retried.
     let before = opened.snapshot();
-    match store.delete(&Path::from("meta/log/missing")).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+    let answer = match store.delete(&Path::from("meta/log/missing")).await {
+        Ok(()) => "ok",
+        Err(object_store::Error::NotFound { .. }) => "not found",
         Err(e) => panic!("delete of a missing key failed: {e}"),
-    }
+    };
+    eprintln!(
+        "conformance: {}: delete of a missing key answers {answer}",
+        opened.name
+    );
     let delta = opened.snapshot().since(&before);
     assert_eq!(delta.requests_of(RequestClass::Delete), 1);
     assert_eq!(delta.retries_of(RequestClass::Delete), 0);

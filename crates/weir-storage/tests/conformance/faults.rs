@@ -1,5 +1,6 @@
 //! The storage layer's retries and deadlines against a real S3 server (moto) behind the fault
-//! proxy: throttling that clears, throttling that does not, and a server that never answers.
+//! proxy: throttling that clears, throttling that does not, a server that never answers, and
+//! one that ignores conditional writes (which the startup probes must refuse).
 //! Outcomes are asserted (results, counters, requests the proxy saw), never durations.
 
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 use weir_storage::layer::http_status;
-use weir_storage::{LayerPolicy, Outcome, RequestClass, StorageError};
+use weir_storage::{probe, LayerPolicy, Outcome, RequestClass, StorageError};
 
 use crate::cases::{open, open_with};
 use crate::proxy::{FaultProxy, Mode};
@@ -127,4 +128,45 @@ async fn test_fault_proxy_hung_store_times_out_then_recovers() {
         .expect("the same store works again once the proxy passes");
     let got = bucket.store.get(&key).await.expect("get").bytes().await;
     assert_eq!(got.expect("body").as_ref(), b"after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_fault_proxy_store_ignoring_conditions_is_refused_by_the_probes() {
+    let Some((_moto, proxy)) = moto_behind_proxy().await else {
+        return;
+    };
+    let bucket = open(&servers::s3_url(proxy.port, BUCKET, "no-conditions"));
+    // Through the proxy as it is, moto honours conditional writes.
+    probe::create_only(bucket.store.as_ref(), &bucket.name, "the metadata log")
+        .await
+        .expect("create-only through a passing proxy");
+    probe::compare_and_set(bucket.store.as_ref(), &bucket.name, "the job queue")
+        .await
+        .expect("compare-and-set through a passing proxy");
+
+    proxy.set(Mode::StripConditions);
+    let err = probe::create_only(bucket.store.as_ref(), &bucket.name, "the metadata log")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StorageError::MissingCapability { capability, .. } if *capability == probe::CREATE_ONLY),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&bucket.name) && text.contains("the metadata log"),
+        "the message names the bucket and what needs it: {text}"
+    );
+    assert!(
+        !text.contains("secret_access_key"),
+        "no credentials in the message: {text}"
+    );
+    assert!(!err.is_retryable());
+    let err = probe::compare_and_set(bucket.store.as_ref(), &bucket.name, "the job queue")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StorageError::MissingCapability { capability, .. } if *capability == probe::COMPARE_AND_SET),
+        "{err}"
+    );
 }

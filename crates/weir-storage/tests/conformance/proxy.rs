@@ -23,6 +23,9 @@ pub(crate) enum Mode {
     Hang,
     /// Answer 503 to the next N requests, then pass.
     FailNext(u32),
+    /// Forward without the conditional-write headers (`If-None-Match`, `If-Match`): a store
+    /// that silently ignores conditions, which the startup probes must refuse.
+    StripConditions,
 }
 
 struct Shared {
@@ -122,11 +125,15 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<(String, Ve
     }
 }
 
-/// The head with any `Connection` header replaced by `Connection: close`.
-fn closing(head: &str) -> String {
+/// The head without the headers named in `drop` and with any `Connection` header replaced by
+/// `Connection: close`.
+fn closing(head: &str, drop: &[&str]) -> String {
     let mut out = String::new();
     for line in head.trim_end_matches("\r\n").split("\r\n") {
-        if !line.to_ascii_lowercase().starts_with("connection:") {
+        let name = line.split(':').next().unwrap_or("").trim();
+        if !name.eq_ignore_ascii_case("connection")
+            && !drop.iter().any(|d| name.eq_ignore_ascii_case(d))
+        {
             out.push_str(line);
             out.push_str("\r\n");
         }
@@ -180,12 +187,18 @@ async fn serve(mut client: TcpStream, shared: &Shared) -> std::io::Result<()> {
         return client.write_all(answer.as_bytes()).await;
     }
     let mut upstream = TcpStream::connect(("127.0.0.1", shared.upstream)).await?;
-    upstream.write_all(closing(&head).as_bytes()).await?;
+    let drop: &[&str] = match mode {
+        Mode::StripConditions => &["if-none-match", "if-match"],
+        _ => &[],
+    };
+    upstream.write_all(closing(&head, drop).as_bytes()).await?;
     upstream.write_all(&body).await?;
     let Some((response_head, rest)) = read_head(&mut upstream).await? else {
         return Ok(());
     };
-    client.write_all(closing(&response_head).as_bytes()).await?;
+    client
+        .write_all(closing(&response_head, &[]).as_bytes())
+        .await?;
     client.write_all(&rest).await?;
     tokio::io::copy(&mut upstream, &mut client).await?;
     client.shutdown().await

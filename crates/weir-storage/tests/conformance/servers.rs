@@ -79,6 +79,22 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// Spawns `program` with `args(port)` on a free port and waits until it answers HTTP. A
+    /// server that exits before answering (another process took the port between our check and
+    /// its bind) is started again on another port, a few times.
+    async fn start(program: &Path, what: &str, args: impl Fn(u16) -> Vec<String>) -> Server {
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let mut server = Server::spawn(program, &args(port), port, what);
+            match server.wait_ready(what).await {
+                Ok(()) => return server,
+                Err(why) => failures.push(why),
+            }
+        }
+        panic!("{what} did not start:\n{}", failures.join("\n---\n"));
+    }
+
     fn spawn(program: &Path, args: &[String], port: u16, what: &str) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("server.log");
@@ -107,16 +123,21 @@ impl Server {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// Waits until the server answers HTTP on its port, or panics with its log.
-    async fn wait_ready(&mut self, what: &str) {
+    /// Waits until the server answers HTTP on its port; `Err` with its log when it exited
+    /// first. Panics when it neither answers nor exits within [`READY_WITHIN`].
+    async fn wait_ready(&mut self, what: &str) -> Result<(), String> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{what} exited early ({status}):\n{}", self.log_tail());
+                return Err(format!(
+                    "{what} on port {} exited early ({status}):\n{}",
+                    self.port,
+                    self.log_tail()
+                ));
             }
             if let Ok((status, _)) = http(self.port, "GET", "/", &[], b"").await {
                 if status > 0 {
-                    return;
+                    return Ok(());
                 }
             }
             assert!(
@@ -138,16 +159,12 @@ pub(crate) async fn start_moto() -> Option<Server> {
         ".venv/bin/moto_server",
         "moto_server (PyPI moto[server])",
     )?;
-    let port = free_port();
-    let args = [
-        "-H".into(),
-        "127.0.0.1".into(),
-        "-p".into(),
-        port.to_string(),
-    ];
-    let mut server = Server::spawn(&program, &args, port, "moto_server");
-    server.wait_ready("moto_server").await;
-    Some(server)
+    let args = |port: u16| {
+        ["-H", "127.0.0.1", "-p", &port.to_string()]
+            .map(String::from)
+            .to_vec()
+    };
+    Some(Server::start(&program, "moto_server", args).await)
 }
 
 /// Starts `azurite-blob` (in memory) on a free port, or `None` when the binary is missing.
@@ -158,20 +175,21 @@ pub(crate) async fn start_azurite() -> Option<Server> {
         "tests/cloud/node_modules/.bin/azurite-blob",
         "azurite-blob (npm azurite)",
     )?;
-    let port = free_port();
-    let args = [
-        "--inMemoryPersistence".into(),
-        "--blobHost".into(),
-        "127.0.0.1".into(),
-        "--blobPort".into(),
-        port.to_string(),
-        "--skipApiVersionCheck".into(),
-        "--loose".into(),
-        "--silent".into(),
-    ];
-    let mut server = Server::spawn(&program, &args, port, "azurite-blob");
-    server.wait_ready("azurite-blob").await;
-    Some(server)
+    let args = |port: u16| {
+        [
+            "--inMemoryPersistence",
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            &port.to_string(),
+            "--skipApiVersionCheck",
+            "--loose",
+            "--silent",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    Some(Server::start(&program, "azurite-blob", args).await)
 }
 
 /// The `s3://` URL of `bucket/prefix` on the S3 server at `port` (static fake credentials).
