@@ -111,6 +111,10 @@ pub(crate) const CASES: &[(&str, CaseFn)] = &[
     ("os_rename_and_copy", |_, o| {
         object_store::integration::rename_and_copy(o.store.as_ref()).boxed()
     }),
+    // Parts complete out of call order; the layer must keep the call order (part numbers).
+    ("os_multipart_out_of_order", |_, o| {
+        object_store::integration::multipart_out_of_order(o.store.as_ref()).boxed()
+    }),
     ("os_stream_get", |_, o| {
         object_store::integration::stream_get(o.store.as_ref()).boxed()
     }),

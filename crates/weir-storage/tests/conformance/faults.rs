@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use object_store::path::Path;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectStore, ObjectStoreExt};
 use weir_storage::layer::http_status;
 use weir_storage::{probe, LayerPolicy, Outcome, RequestClass, StorageError};
 
@@ -107,6 +108,11 @@ async fn test_fault_proxy_hung_store_times_out_then_recovers() {
     let err = bucket.store.get(&key).await.unwrap_err();
     assert!(err.to_string().contains("did not finish within"), "{err}");
     assert!(StorageError::from(err).is_retryable());
+    let listed: Vec<_> = bucket.store.list(None).collect().await;
+    match listed.as_slice() {
+        [Err(err)] => assert!(err.to_string().contains("did not finish within"), "{err}"),
+        other => panic!("a hung LIST must end in one timeout error: {other:?}"),
+    }
     let during = bucket.snapshot().since(&before);
     assert!(during.requests(RequestClass::Put, Outcome::Timeout) >= 1);
     assert_eq!(
@@ -119,6 +125,7 @@ async fn test_fault_proxy_hung_store_times_out_then_recovers() {
         during.requests_of(RequestClass::Get),
         "every GET attempt timed out"
     );
+    assert_eq!(during.requests(RequestClass::List, Outcome::Timeout), 1);
 
     proxy.set(Mode::Pass);
     bucket
