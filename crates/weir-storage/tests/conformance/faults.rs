@@ -1,5 +1,5 @@
-//! The storage layer's retries and deadlines against a real S3 server (moto) behind the fault
-//! proxy: throttling that clears, throttling that does not, a server that never answers, and
+//! The storage layer's retries and deadlines against a real S3 server (moto; throttling also on
+//! azurite) behind the fault proxy: throttling that clears, throttling that does not, a server that never answers, and
 //! one that ignores conditional writes (which the startup probes must refuse).
 //! Outcomes are asserted (results, counters, requests the proxy saw), never durations.
 
@@ -25,12 +25,17 @@ async fn moto_behind_proxy() -> Option<(Server, FaultProxy)> {
     Some((moto, proxy))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_fault_proxy_throttled_put_is_retried_until_it_succeeds() {
-    let Some((_moto, proxy)) = moto_behind_proxy().await else {
-        return;
-    };
-    let bucket = open(&servers::s3_url(proxy.port, BUCKET, "throttled"));
+/// An azurite server with the test container and a fault proxy in front of it (in pass mode).
+async fn azurite_behind_proxy() -> Option<(Server, FaultProxy)> {
+    let azurite = servers::start_azurite().await?;
+    servers::create_az_container(azurite.port, BUCKET).await;
+    let proxy = FaultProxy::start(azurite.port).await;
+    Some((azurite, proxy))
+}
+
+/// Two throttled attempts, then one that passes: the PUT succeeds, and the counters say how.
+async fn assert_throttled_put_is_retried(url: &str, proxy: &FaultProxy) {
+    let bucket = open(url);
     let key = Path::from("ingest/throttled.weir");
     assert_eq!(LayerPolicy::default().max_attempts, 3);
     proxy.set(Mode::FailNext(2));
@@ -51,6 +56,24 @@ async fn test_fault_proxy_throttled_put_is_retried_until_it_succeeds() {
     // The write really reached the server.
     let got = bucket.store.get(&key).await.expect("get").bytes().await;
     assert_eq!(got.expect("body").as_ref(), b"payload");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_fault_proxy_throttled_put_is_retried_until_it_succeeds() {
+    let Some((_moto, proxy)) = moto_behind_proxy().await else {
+        return;
+    };
+    assert_throttled_put_is_retried(&servers::s3_url(proxy.port, BUCKET, "throttled"), &proxy)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_fault_proxy_throttled_azure_put_is_retried_until_it_succeeds() {
+    let Some((_azurite, proxy)) = azurite_behind_proxy().await else {
+        return;
+    };
+    assert_throttled_put_is_retried(&servers::az_url(proxy.port, BUCKET, "throttled"), &proxy)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
