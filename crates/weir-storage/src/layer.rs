@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
@@ -301,7 +301,9 @@ impl LayerStore {
     }
 
     /// Counts a stream's items: one request per `page` items (list pages) or per item (deletes),
-    /// and each item's outcome; each item must arrive within the attempt deadline.
+    /// and each item's outcome; each item must arrive within the attempt deadline. A failed item
+    /// ends a list, but not a delete stream (`per_request == 1`): each key of a bulk delete has
+    /// its own answer, and the keys after a failed one must still be deleted.
     fn metered_stream<T: Send + 'static>(
         &self,
         class: RequestClass,
@@ -311,11 +313,13 @@ impl LayerStore {
     ) -> BoxStream<'static, object_store::Result<T>> {
         let stats = self.stats.clone();
         let timeout = self.policy.attempt_timeout;
-        let state = (inner, 0usize, false);
+        let items_independent = per_request == 1;
+        // (inner, items that succeeded, a billed request is still open, any item arrived)
+        let state = (inner, 0usize, false, false);
         futures::stream::unfold(Some(state), move |state| {
             let stats = stats.clone();
             async move {
-                let (mut inner, mut seen, mut billed_open) = state?;
+                let (mut inner, mut seen, mut billed_open, answered) = state?;
                 let item = match tokio::time::timeout(timeout, inner.next()).await {
                     Ok(Some(Ok(item))) => {
                         seen += 1;
@@ -331,11 +335,14 @@ impl LayerStore {
                     }
                     Ok(Some(Err(err))) => {
                         stats.record(class, outcome_of(&err));
-                        return Some((Err(err), None));
+                        if !items_independent {
+                            return Some((Err(err), None));
+                        }
+                        Err(err)
                     }
                     Ok(None) => {
                         // An empty answer is still one request.
-                        if seen == 0 {
+                        if !answered {
                             stats.record(class, Outcome::Ok);
                         }
                         return None;
@@ -345,9 +352,11 @@ impl LayerStore {
                         return Some((Err(timed_out(operation, timeout)), None));
                     }
                 };
-                Some((item, Some((inner, seen, billed_open))))
+                Some((item, Some((inner, seen, billed_open, true))))
             }
         })
+        // Callers may poll an ended stream again (object_store's own streams allow it).
+        .fuse()
         .boxed()
     }
 }
@@ -374,6 +383,8 @@ fn metered_body(
             }
         }
     })
+    // `GetResult::bytes` polls the body again after its end (an empty object has no chunks).
+    .fuse()
     .boxed()
 }
 
@@ -455,11 +466,13 @@ impl ObjectStore for LayerStore {
                 ));
             }
             // Local files are read synchronously by the caller: nothing there can hang on a
-            // network; count the range it will read.
+            // network; count the range it will read (none for a HEAD).
             #[allow(unreachable_patterns)]
-            _ => self
+            _ if !options.head => self
                 .stats
                 .add_bytes_down(result.range.end.saturating_sub(result.range.start)),
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
         Ok(result)
     }
@@ -505,12 +518,18 @@ impl ObjectStore for LayerStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        // Some servers ignore the offset (azurite ignores Azure's `startFrom` unless the client
+        // is configured as an emulator): filtering again here keeps "strictly after `offset`"
+        // true on every backend, at no cost where the server honoured it.
+        let offset = offset.clone();
         self.metered_stream(
             RequestClass::List,
             "list",
             LIST_PAGE,
-            self.inner.list_with_offset(prefix, offset),
+            self.inner.list_with_offset(prefix, &offset),
         )
+        .try_filter(move |meta| futures::future::ready(meta.location > offset))
+        .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {

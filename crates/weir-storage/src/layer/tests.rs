@@ -305,3 +305,173 @@ fn test_layer_attempt_deadline_grows_with_size_and_backoff_is_bounded() {
     .is_err());
     assert!(policy.validate().is_ok());
 }
+
+#[tokio::test]
+async fn test_layer_streams_may_be_polled_again_after_they_end() {
+    // object_store's `GetResult::bytes` polls a body again after it ended (an empty object on
+    // S3 or Azure has no chunks at all), so the layer's streams must be fused.
+    let mut body = metered_body(
+        stats(),
+        Duration::from_secs(1),
+        futures::stream::empty().boxed(),
+    );
+    assert!(body.next().await.is_none());
+    assert!(body.next().await.is_none());
+    let store = LayerStore::new(
+        Arc::new(InMemory::new()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let mut listed = store.list(None);
+    assert!(listed.next().await.is_none());
+    assert!(listed.next().await.is_none());
+}
+
+#[tokio::test]
+async fn test_layer_delete_stream_goes_on_after_a_failed_item() {
+    // Each key of a bulk delete is its own answer: a missing key (NotFound on local files) must
+    // not end the stream, or the keys after it are silently never deleted.
+    let dir = tempfile::tempdir().unwrap();
+    let store = LayerStore::new(
+        Arc::new(crate::local_store(dir.path()).unwrap()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let present = Path::from("present");
+    store
+        .put(&present, PutPayload::from_static(b"x"))
+        .await
+        .unwrap();
+    let keys = vec![Ok(Path::from("missing")), Ok(present.clone())];
+    let results: Vec<_> = store
+        .delete_stream(futures::stream::iter(keys).boxed())
+        .collect()
+        .await;
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        matches!(results[0], Err(object_store::Error::NotFound { .. })),
+        "{results:?}"
+    );
+    assert_eq!(results[1].as_ref().unwrap(), &present);
+    assert!(
+        store.head(&present).await.is_err(),
+        "present was not deleted"
+    );
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Delete, Outcome::NotFound), 1);
+    assert_eq!(snap.requests(RequestClass::Delete, Outcome::Ok), 1);
+}
+
+#[tokio::test]
+async fn test_layer_head_of_a_local_file_downloads_nothing() {
+    // A local GET hands back the open file; a HEAD reads none of it and must not be counted as
+    // downloading the object.
+    let dir = tempfile::tempdir().unwrap();
+    let store = LayerStore::new(
+        Arc::new(crate::local_store(dir.path()).unwrap()),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    let key = Path::from("a");
+    store
+        .put(&key, PutPayload::from(vec![1u8; 1000]))
+        .await
+        .unwrap();
+    assert_eq!(store.head(&key).await.unwrap().size, 1000);
+    assert_eq!(store.stats().snapshot().bytes_down, 0);
+    store.get_range(&key, 0..10).await.unwrap();
+    assert_eq!(store.stats().snapshot().bytes_down, 10);
+}
+
+/// A store that ignores the offset of `list_with_offset`, as azurite does with `startFrom` when
+/// the client does not know it is talking to the emulator (an `az://` URL with an `endpoint`).
+#[derive(Debug)]
+struct IgnoresOffset(InMemory);
+
+impl fmt::Display for IgnoresOffset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IgnoresOffset")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for IgnoresOffset {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.0.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.0.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.0.delete_stream(locations)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.0.list(prefix)
+    }
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        _offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.0.list(prefix)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+#[tokio::test]
+async fn test_layer_list_with_offset_holds_when_the_store_ignores_the_offset() {
+    let store = LayerStore::new(
+        Arc::new(IgnoresOffset(InMemory::new())),
+        policy(Duration::from_secs(2)),
+        stats(),
+    );
+    for key in ["log/1", "log/2", "log/3"] {
+        store
+            .put(&Path::from(key), PutPayload::from_static(b"x"))
+            .await
+            .unwrap();
+    }
+    let mut after: Vec<String> = store
+        .list_with_offset(Some(&Path::from("log")), &Path::from("log/2"))
+        .map(|meta| meta.unwrap().location.to_string())
+        .collect()
+        .await;
+    after.sort();
+    assert_eq!(after, ["log/3"]);
+    assert_eq!(
+        store
+            .stats()
+            .snapshot()
+            .requests(RequestClass::List, Outcome::Ok),
+        1
+    );
+}
