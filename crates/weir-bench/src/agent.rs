@@ -19,6 +19,8 @@ pub struct SpawnedAgent {
     pub data_dir: PathBuf,
     /// The agent's stdout/stderr.
     pub log_file: PathBuf,
+    /// Where the agent writes its object-storage counters (`--storage-report`).
+    pub storage_report: PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -56,6 +58,17 @@ impl SpawnedAgent {
             args.push(data.display().to_string());
             data
         };
+        let storage_report = if has("--storage-report") {
+            PathBuf::from(
+                flag_value(extra_args, "--storage-report")
+                    .context("--storage-report needs a value")?,
+            )
+        } else {
+            let path = dir.path().join("storage.json");
+            args.push("--storage-report".into());
+            args.push(path.display().to_string());
+            path
+        };
         args.extend(extra_args.iter().cloned());
         let log_file = dir.path().join("agent.log");
         let log = std::fs::File::create(&log_file).context("agent log file")?;
@@ -71,6 +84,7 @@ impl SpawnedAgent {
             bootstrap,
             data_dir,
             log_file,
+            storage_report,
             _dir: Some(dir),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -92,6 +106,23 @@ impl SpawnedAgent {
     /// The agent's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Stops the agent gracefully (SIGTERM, so it writes its final storage report and shutdown
+    /// snapshot), killing it after 30 s. Returns the storage report, if it wrote one.
+    pub fn stop(&mut self) -> Option<String> {
+        let pid = self.child.id().to_string();
+        let asked = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while asked.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::fs::read_to_string(&self.storage_report).ok()
     }
 
     /// Keeps the temporary directory (data and log) after the agent stops.

@@ -12,6 +12,6 @@ pub mod svg;
 pub mod workload;
 
 pub use agent::{count_objects, SpawnedAgent};
-pub use report::{Latency, Report};
+pub use report::{Latency, Report, StorageCounts};
 pub use run::{run, Options, Outcome};
 pub use workload::Workload;

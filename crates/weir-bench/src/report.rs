@@ -107,6 +107,75 @@ impl ObjectCounts {
     }
 }
 
+/// Object-store requests and estimated cost over the whole run, from the agent's own counters
+/// (its `--storage-report` file, read after it stopped): every attempt the storage layer made,
+/// in every bucket (ingest copies, metadata log, probes), priced by each bucket's price table.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct StorageCounts {
+    /// Requests by class (put, get, list, delete, head) summed over buckets.
+    pub requests: std::collections::BTreeMap<String, u64>,
+    pub total_requests: u64,
+    /// Attempts after the first (already counted in `requests`).
+    pub retries: u64,
+    /// Price classes of the buckets, e.g. `s3-express`.
+    pub price_classes: Vec<String>,
+    pub buckets: usize,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub usd: f64,
+    /// Bytes acknowledged over the whole run.
+    pub acked_bytes: u64,
+    pub requests_per_gib: f64,
+    pub puts_per_gib: f64,
+    pub usd_per_gib: f64,
+}
+
+impl StorageCounts {
+    /// Sums the agent's storage report (`weir agent --storage-report`) and relates it to the
+    /// bytes acknowledged.
+    pub fn from_agent_report(text: &str, acked_bytes: u64) -> anyhow::Result<StorageCounts> {
+        let doc: serde_json::Value = serde_json::from_str(text)?;
+        let buckets = doc["buckets"]
+            .as_array()
+            .ok_or_else(|| anyhow::anyhow!("storage report without buckets"))?;
+        let mut counts = StorageCounts {
+            acked_bytes,
+            buckets: buckets.len(),
+            ..Default::default()
+        };
+        for bucket in buckets {
+            if let Some(classes) = bucket["requests"].as_object() {
+                for (class, outcomes) in classes {
+                    let n: u64 = outcomes
+                        .as_object()
+                        .map(|o| o.values().filter_map(|v| v.as_u64()).sum())
+                        .unwrap_or(0);
+                    *counts.requests.entry(class.clone()).or_default() += n;
+                    counts.total_requests += n;
+                }
+            }
+            if let Some(retries) = bucket["retries"].as_object() {
+                counts.retries += retries.values().filter_map(|v| v.as_u64()).sum::<u64>();
+            }
+            counts.bytes_up += bucket["bytes_up"].as_u64().unwrap_or(0);
+            counts.bytes_down += bucket["bytes_down"].as_u64().unwrap_or(0);
+            counts.usd += bucket["cost_usd"].as_f64().unwrap_or(0.0);
+            if let Some(class) = bucket["price_class"].as_str() {
+                if !counts.price_classes.iter().any(|c| c == class) {
+                    counts.price_classes.push(class.to_string());
+                }
+            }
+        }
+        let gib = acked_bytes as f64 / (1u64 << 30) as f64;
+        if gib > 0.0 {
+            counts.requests_per_gib = counts.total_requests as f64 / gib;
+            counts.puts_per_gib = counts.requests.get("put").copied().unwrap_or(0) as f64 / gib;
+            counts.usd_per_gib = counts.usd / gib;
+        }
+        Ok(counts)
+    }
+}
+
 /// The result of one run.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct Report {
@@ -134,6 +203,9 @@ pub struct Report {
     pub error_samples: Vec<String>,
     /// Acknowledged over the whole run, warm-up and drain included.
     pub total_published: u64,
+    /// Bytes acknowledged over the whole run (record values, as the clients count them).
+    #[serde(default)]
+    pub total_published_bytes: u64,
     /// Consumed over the whole run; equals total_published × subscriptions when nothing is lost.
     pub total_consumed: u64,
     /// Acked time − send time (or the intended send time at a fixed rate).
@@ -144,6 +216,9 @@ pub struct Report {
     pub client_cpu_seconds: f64,
     pub agent: Option<AgentUsage>,
     pub objects: Option<ObjectCounts>,
+    /// From the agent's counters (spawned agents only).
+    #[serde(default)]
+    pub storage: Option<StorageCounts>,
 }
 
 impl Report {
@@ -222,6 +297,26 @@ impl Report {
                 o.usd_per_gib_s3_express
             );
         }
+        if let Some(st) = &self.storage {
+            let classes: Vec<String> = st
+                .requests
+                .iter()
+                .map(|(class, n)| format!("{n} {}", class.to_uppercase()))
+                .collect();
+            let _ = writeln!(
+                out,
+                "storage  {} requests in {} bucket(s) ({}; {} retries) for {:.3} GiB acked: {:.0} requests/GiB, {:.0} PUTs/GiB; ${:.4}/GiB ({})",
+                st.total_requests,
+                st.buckets,
+                classes.join(", "),
+                st.retries,
+                st.acked_bytes as f64 / (1u64 << 30) as f64,
+                st.requests_per_gib,
+                st.puts_per_gib,
+                st.usd_per_gib,
+                st.price_classes.join(", ")
+            );
+        }
         out
     }
 }
@@ -245,6 +340,24 @@ mod tests {
             Latency::from_histogram(&new_histogram()),
             Latency::default()
         );
+    }
+
+    #[test]
+    fn test_storage_counts_from_agent_report() {
+        let report = r#"{"buckets":[
+            {"name":"memory://a","price_class":"s3-express","requests":{"put":{"ok":1000,"timeout":24},"get":{"ok":10}},
+             "retries":{"put":24},"bytes_up":1073741824,"bytes_down":0,"cost_usd":0.0045},
+            {"name":"memory://m","price_class":"s3-express","requests":{"put":{"ok":1000},"list":{"ok":2}},
+             "retries":{},"bytes_up":1,"bytes_down":5,"cost_usd":0.0011}]}"#;
+        let st = StorageCounts::from_agent_report(report, 1 << 31).unwrap();
+        assert_eq!(st.total_requests, 2036);
+        assert_eq!(st.requests["put"], 2024);
+        assert_eq!(st.retries, 24);
+        assert_eq!(st.buckets, 2);
+        assert_eq!(st.price_classes, ["s3-express"]);
+        assert!((st.puts_per_gib - 1012.0).abs() < 1e-9);
+        assert!((st.usd_per_gib - 0.0028).abs() < 1e-12);
+        assert!(StorageCounts::from_agent_report("{}", 1).is_err());
     }
 
     #[test]

@@ -534,12 +534,14 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         errors: counters.errors.load(Ordering::Relaxed),
         error_samples: counters.error_samples.lock().expect("samples").clone(),
         total_published,
+        total_published_bytes: total_acked_bytes,
         total_consumed: counters.consumed.load(Ordering::Relaxed),
         publish_latency: Latency::from_histogram(&publish_histogram),
         end_to_end_latency: Latency::from_histogram(&end_to_end_histogram),
         client_cpu_seconds,
         agent,
         objects,
+        storage: None,
     };
     Ok(Outcome {
         report,

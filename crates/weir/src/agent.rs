@@ -71,6 +71,9 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if !args.slow_buckets.is_empty() {
         config.storage.slow_buckets = args.slow_buckets.clone();
     }
+    if let Some(path) = &args.storage_report {
+        config.agent.storage_report = path.clone();
+    }
     if let Some(url) = &args.metadata_bucket {
         config.storage.metadata_bucket = url.clone();
     }
@@ -183,6 +186,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         "weir agent listening"
     );
     let (stop_tx, stop_rx) = watch::channel(false);
+    let reporting = crate::report::spawn(&config.agent.storage_report, &storage_stats);
     let serving = tokio::spawn(server.run(stop_rx));
     wait_for_signal().await;
     info!("shutting down: draining connections");
@@ -201,6 +205,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     }
     for line in storage_stats.summary() {
         info!("object storage: {line}");
+    }
+    if let Some(reporting) = reporting {
+        reporting.abort();
+        crate::report::write(&config.agent.storage_report, &storage_stats).await;
     }
     info!("stopped");
     Ok(())

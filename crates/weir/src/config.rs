@@ -31,6 +31,7 @@ pub(crate) struct AgentConfig {
     pub(crate) rack: String,
     pub(crate) data_dir: PathBuf,
     pub(crate) failpoints: String,
+    pub(crate) storage_report: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]

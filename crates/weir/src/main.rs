@@ -3,6 +3,7 @@
 mod agent;
 mod buckets;
 mod config;
+mod report;
 
 use std::path::PathBuf;
 
@@ -87,6 +88,9 @@ pub(crate) struct AgentArgs {
     /// Bucket URL of the metadata log (default: the first ingest bucket).
     #[arg(long)]
     metadata_bucket: Option<String>,
+    /// Write the object-storage counters as JSON to this file (every second and at shutdown).
+    #[arg(long)]
+    storage_report: Option<PathBuf>,
 }
 
 /// `weir bench ARGS`: replaces this process with `weir-bench ARGS`, found next to this binary

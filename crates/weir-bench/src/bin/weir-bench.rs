@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use weir_bench::{agent, run, svg, Options, SpawnedAgent, Workload};
+use weir_bench::{agent, run, svg, Options, SpawnedAgent, StorageCounts, Workload};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -109,8 +109,16 @@ fn main() -> anyhow::Result<()> {
     opts.consumer_config = cli.consumer_config.clone();
     opts.progress_interval = Duration::from_secs_f64(cli.progress_interval.max(0.0));
 
-    let outcome = run(&workload, &opts);
+    let mut outcome = run(&workload, &opts);
     if let Some(agent) = spawned.as_mut() {
+        let report = agent.stop();
+        if let (Ok(outcome), Some(text)) = (outcome.as_mut(), report) {
+            let acked = outcome.report.total_published_bytes;
+            match StorageCounts::from_agent_report(&text, acked) {
+                Ok(counts) => outcome.report.storage = Some(counts),
+                Err(e) => eprintln!("could not read the agent's storage report: {e}"),
+            }
+        }
         if cli.keep_agent_dir || outcome.is_err() {
             if let Some(dir) = agent.keep_dir() {
                 eprintln!("agent directory kept: {}", dir.display());

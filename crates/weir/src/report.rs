@@ -1,0 +1,113 @@
+//! The object-storage counters as a JSON file (`agent.storage_report`), rewritten every second
+//! and at shutdown, for `weir bench` and anyone without a metrics scraper.
+//!
+//! ```json
+//! {"buckets": [{"name": "s3://weir-a", "price_class": "s3-standard",
+//!   "requests": {"put": {"ok": 10, "not_found": 0, "conflict": 1, "throttled": 0, "timeout": 0, "error": 0}, ...},
+//!   "retries": {"put": 0, ...}, "bytes_up": 1024, "bytes_down": 0, "cost_usd": 0.000055}]}
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use weir_storage::{BucketSnapshot, Outcome, RequestClass, StorageStats};
+
+/// How often the file is rewritten while the agent runs.
+const INTERVAL: Duration = Duration::from_secs(1);
+
+fn bucket_json(bucket: &BucketSnapshot) -> Value {
+    let mut requests = Map::new();
+    let mut retries = Map::new();
+    for class in RequestClass::ALL {
+        let outcomes: Map<String, Value> = Outcome::ALL
+            .iter()
+            .map(|&o| (o.name().to_string(), json!(bucket.requests(class, o))))
+            .collect();
+        requests.insert(class.name().to_string(), Value::Object(outcomes));
+        retries.insert(class.name().to_string(), json!(bucket.retries_of(class)));
+    }
+    json!({
+        "name": bucket.name,
+        "price_class": bucket.price_class,
+        "requests": requests,
+        "retries": retries,
+        "bytes_up": bucket.bytes_up,
+        "bytes_down": bucket.bytes_down,
+        "cost_usd": bucket.cost(),
+    })
+}
+
+/// The report document for `stats` now.
+pub(crate) fn render(stats: &StorageStats) -> String {
+    let buckets: Vec<Value> = stats.snapshot().iter().map(bucket_json).collect();
+    json!({ "buckets": buckets }).to_string()
+}
+
+/// Writes the report to `path` (via a temporary file and rename, so readers never see half a
+/// file). Failures are logged, never fatal: the report is for observers.
+pub(crate) async fn write(path: &Path, stats: &StorageStats) {
+    let tmp = path.with_extension("tmp");
+    let body = render(stats);
+    let result = async {
+        tokio::fs::write(&tmp, body).await?;
+        tokio::fs::rename(&tmp, path).await
+    }
+    .await;
+    if let Err(error) = result {
+        tracing::warn!(path = %path.display(), %error, "could not write the storage report; check the directory exists and is writable");
+    }
+}
+
+/// Rewrites the report every second when `path` is set.
+pub(crate) fn spawn(path: &Path, stats: &StorageStats) -> Option<tokio::task::JoinHandle<()>> {
+    if path.as_os_str().is_empty() {
+        return None;
+    }
+    let (path, stats) = (path.to_path_buf(), stats.clone());
+    Some(tokio::spawn(async move {
+        loop {
+            write(&path, &stats).await;
+            tokio::time::sleep(INTERVAL).await;
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use weir_storage::{BucketStats, PriceTable};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn test_report_is_written_and_parses() {
+        let stats = StorageStats::new();
+        let bucket = Arc::new(BucketStats::new(
+            "s3://a",
+            "s3-standard",
+            PriceTable::named("s3-standard").unwrap(),
+        ));
+        stats.register(bucket.clone());
+        for _ in 0..2000 {
+            bucket.record(RequestClass::Put, Outcome::Ok);
+        }
+        bucket.record(RequestClass::Get, Outcome::NotFound);
+        bucket.add_bytes_up(4096);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("storage.json");
+        write(&path, &stats).await;
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let b = &doc["buckets"][0];
+        assert_eq!(b["name"], "s3://a");
+        assert_eq!(b["requests"]["put"]["ok"], 2000);
+        assert_eq!(b["requests"]["get"]["not_found"], 1);
+        assert_eq!(b["bytes_up"], 4096);
+        let cost = b["cost_usd"].as_f64().unwrap();
+        assert!(
+            (cost - (2.0 * 0.005 + 0.001 * 0.0004)).abs() < 1e-12,
+            "{cost}"
+        );
+    }
+}
