@@ -219,7 +219,8 @@ impl PriceTable {
                 "s3-express" => "s3-express",
                 "s3-standard" => "s3-standard",
                 "gcs-rapid" => "gcs-rapid",
-                "gcs-standard" => "gcs-standard",
+                "gcs-regional" => "gcs-standard",
+                "azure-premium" => "azure-premium",
                 _ => "free",
             },
         }
@@ -490,6 +491,11 @@ mod tests {
             "s3-express"
         );
         assert_eq!(PriceTable::default_class("file", "", "local"), "free");
+        // Every latency profile prices like the storage it models.
+        for profile in crate::PROFILE_NAMES {
+            let class = PriceTable::default_class("memory", "", profile);
+            assert_eq!(class == "free", *profile == "local", "{profile} → {class}");
+        }
         for name in PriceTable::NAMES {
             assert!(PriceTable::named(name).is_some(), "{name}");
         }
