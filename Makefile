@@ -22,7 +22,9 @@ test: build
 	echo "make test: unit tests $$( [ $$unit -eq 0 ] && echo passed || echo FAILED ), e2e tests $$( [ $$e2e -eq 0 ] && echo passed || echo FAILED )"; \
 	[ $$unit -eq 0 ] && [ $$e2e -eq 0 ]
 
+# tests/setup.sh installs the S3 and Azure servers the storage conformance suite starts.
 test-unit: build
+	tests/setup.sh
 	cargo nextest run --workspace --no-fail-fast
 
 test-e2e: build
