@@ -67,6 +67,11 @@ CLOUD_ENV = {
 }
 
 
+# The server dies with the test process even if that one is killed hard (as conftest's agents do).
+_PDEATHSIG_PREFIX = (["setpriv", "--pdeathsig", "KILL", "--"]
+                     if shutil.which("setpriv") and os.uname().sysname == "Linux" else [])
+
+
 class ServerMissing(RuntimeError):
     """The server's program is not installed (tests/setup.sh installs it)."""
 
@@ -115,7 +120,7 @@ class Server:
         with open(self.log_path, "ab") as log:
             log.write(f"===== weir-e2e: {' '.join(cmd)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+            self.proc = subprocess.Popen(_PDEATHSIG_PREFIX + cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
