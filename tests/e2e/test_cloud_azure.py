@@ -1,6 +1,7 @@
 """`weir agent` on Azure Blob (azurite, cloud.py): three `az://` ingest containers (quorum 2) and a
-separate `az://` metadata container, account, key and endpoint in each URL's query; plus a check
-that azurite honours the conditional writes Weir's startup probe relies on."""
+separate `az://` metadata container, account, key and endpoint in each URL's query; the
+`use_emulator` form with azurite's address from the environment; and a check that azurite
+honours the conditional writes Weir's startup probe relies on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from azure.core.exceptions import HttpResponseError
 
 from cloud import az_url
 from test_cloud_s3 import assert_bucket_roles, roundtrip_and_restart
+from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
+                      ck_produce, unique)
 
 
 def test_azurite_honours_conditional_put_blob(azurite_server, cloud_env):
@@ -39,3 +42,22 @@ def test_az_roundtrip_and_restart(agent_factory, azurite_server, cloud_env, kcat
     agent = agent_factory(extra_args=args)
     roundtrip_and_restart(agent, kcat)
     assert_bucket_roles(azurite_server.blobs, ingest, meta, min_holders=2)
+
+
+def test_az_use_emulator_with_azurite_url_from_env(agent_factory, azurite_server, cloud_env):
+    """`az://container?use_emulator=true` takes azurite's well-known account and key, and its
+    address from AZURITE_BLOB_STORAGE_URL."""
+    cloud_env.setenv("AZURITE_BLOB_STORAGE_URL", azurite_server.endpoint)
+    ingest = azurite_server.create_container("emu")
+    meta = azurite_server.create_container("emumeta")
+    agent = agent_factory(extra_args=[
+        "--ingest-bucket", f"az://{ingest}?use_emulator=true", "--quorum", "1",
+        "--metadata-bucket", f"az://{meta}?use_emulator=true"])
+    topic = unique("cloud-emu")
+    ck_create_topics(agent.bootstrap, {topic: 2})
+    acked = ck_produce(agent.bootstrap, [Rec(topic, i % 2, None, f"emu-{i}".encode())
+                                         for i in range(50)])
+    got = ck_consume(agent.bootstrap, topic, range(2))
+    assert_dense(got, topic)
+    assert_acked_present(acked, got)
+    assert_bucket_roles(azurite_server.blobs, [ingest], meta, min_holders=1)
