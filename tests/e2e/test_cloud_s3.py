@@ -229,6 +229,7 @@ def test_s3_hung_put_fails_produce_retriably_then_recovers(agent_factory, moto_s
     assert proxy.count("hung", "PUT") > 0
     kafka_raw.check_api_versions(agent.bootstrap)
     agent.check_still_running()
+    assert "did not finish within" in agent.log_text(), "no timeout in the agent log"
 
     # A producer starts while PUTs still hang; its first attempts fail retriably. Once its
     # uploads are being held, the bucket recovers and the producer's retries go through.
