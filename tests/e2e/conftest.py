@@ -34,6 +34,9 @@ from pathlib import Path
 
 import pytest
 
+import cloud
+from faultproxy import FaultProxy
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -363,12 +366,76 @@ def agent(agent_factory) -> Agent:
     return agent_factory()
 
 
+# ------------------------------------------------------- object-store servers
+
+_CLOUD_SERVERS: list[cloud.Server] = []
+
+
+def _cloud_server(kind, tmp_path_factory):
+    try:
+        kind.program()
+    except cloud.ServerMissing as e:
+        if IN_CI:
+            pytest.fail(str(e), pytrace=False)
+        pytest.skip(str(e))
+    server = kind(tmp_path_factory.mktemp(kind.name))
+    _CLOUD_SERVERS.append(server)
+    return server.start()
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory):
+    """moto's S3 server, started on first use by this pytest process and stopped at its end."""
+    server = _cloud_server(cloud.MotoServer, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory):
+    """Azurite's Blob service (in memory), started on first use and stopped at the end."""
+    server = _cloud_server(cloud.AzuriteServer, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cloud_env(monkeypatch):
+    """No cloud credentials, profiles or endpoints from the environment of the test run, and no
+    instance-metadata lookups, for the test process and every agent it starts."""
+    for key, value in cloud.CLOUD_ENV.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    return monkeypatch
+
+
+@pytest.fixture
+def fault_proxy():
+    """make(server_or_endpoint_port, mode="pass", name=None) -> a started FaultProxy in front of
+    a server on 127.0.0.1; every proxy is stopped at the end of the test."""
+    proxies: list[FaultProxy] = []
+
+    def make(upstream, mode: str = "pass", name: str | None = None) -> FaultProxy:
+        port = upstream.port if hasattr(upstream, "port") else int(upstream)
+        proxy = FaultProxy("127.0.0.1", port, mode, name=name or f"proxy{len(proxies)}")
+        proxies.append(proxy)
+        return proxy.start()
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Last-resort cleanup of agents left running (e.g. after a timeout)."""
     for agents in list(_AGENTS_BY_TEST.values()):
         for a in agents:
             if a.alive():
                 a._hard_kill()
+    for server in _CLOUD_SERVERS:
+        server.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -385,5 +452,12 @@ def pytest_runtest_makereport(item, call):
         for i, a in enumerate(agents):
             rep.sections.append(
                 (f"weir agent {i} log ({a.log_path}) [{rep.when}]", a.log_tail()))
+    if rep.failed:
+        used = {"moto_server": "moto", "azurite_server": "azurite"}
+        names = {used[f] for f in getattr(item, "fixturenames", ()) if f in used}
+        for server in _CLOUD_SERVERS:
+            if server.name in names and server.proc is not None:
+                rep.sections.append(
+                    (f"{server.name} log ({server.log_path}) [{rep.when}]", server.log_tail()))
     if rep.when == "teardown":
         _AGENTS_BY_TEST.pop(item.nodeid, None)
