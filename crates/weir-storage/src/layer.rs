@@ -176,10 +176,26 @@ fn mentions_throttling(err: &object_store::Error) -> bool {
     false
 }
 
+/// S3 answers a create-only or conditional PUT that races another write to the same key with
+/// `409 ConditionalRequestConflict` ("a conflicting operation is in progress; retry"), which
+/// object_store reports as `AlreadyExists` like every 409. It says nothing about whether the
+/// object exists: it is transient, not an answer. (Azure's 409 `BlobAlreadyExists` is an answer.)
+fn is_conditional_conflict(err: &object_store::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if e.to_string().contains("ConditionalRequestConflict") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// How an attempt's error is counted.
 pub fn outcome_of(err: &object_store::Error) -> Outcome {
     use object_store::Error as E;
     match err {
+        E::AlreadyExists { .. } if is_conditional_conflict(err) => Outcome::Error,
         E::NotFound { .. } => Outcome::NotFound,
         E::AlreadyExists { .. } | E::Precondition { .. } | E::NotModified { .. } => {
             Outcome::Conflict
@@ -196,6 +212,7 @@ pub fn outcome_of(err: &object_store::Error) -> Outcome {
 pub fn is_retryable(err: &object_store::Error) -> bool {
     use object_store::Error as E;
     match err {
+        E::AlreadyExists { .. } => is_conditional_conflict(err),
         E::Generic { .. } | E::JoinError { .. } => match http_status(err) {
             // Timeouts, throttling and server errors: yes; other client errors: no.
             Some(status) => status >= 500 || status == 408 || status == 429,
@@ -237,6 +254,11 @@ impl LayerStore {
         }
     }
 
+    /// A seed for a stream's own backoff jitter, drawn from this store's generator.
+    fn jitter_seed(&self) -> u64 {
+        self.rng.lock().unwrap_or_else(|e| e.into_inner()).u64(..)
+    }
+
     /// The bucket's counters.
     pub fn stats(&self) -> &Arc<BucketStats> {
         &self.stats
@@ -254,8 +276,13 @@ impl LayerStore {
         F: FnMut() -> Fut,
         Fut: Future<Output = object_store::Result<T>>,
     {
-        let deadline = Instant::now() + self.policy.request_timeout;
         let per_attempt = self.policy.attempt_deadline(bytes_up);
+        // A payload too large to move within request_timeout still gets one whole attempt: the
+        // deadline grows by its transfer time.
+        let transfer = per_attempt.saturating_sub(self.policy.attempt_timeout);
+        let request = self.policy.request_timeout;
+        let deadline =
+            Instant::now() + request.max(request.min(self.policy.attempt_timeout) + transfer);
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -284,7 +311,10 @@ impl LayerStore {
                 self.policy
                     .backoff(attempts, outcome == Outcome::Throttled, &mut rng)
             };
-            if Instant::now() + backoff >= deadline {
+            // An attempt with a sliver of time left would only replace this error with a
+            // timeout: give up with the real error instead.
+            let useful = per_attempt.min(self.policy.attempt_timeout) / 4;
+            if Instant::now() + backoff + useful >= deadline {
                 return Err(err);
             }
             self.stats.record_retry(class);
@@ -361,17 +391,20 @@ impl LayerStore {
     }
 }
 
-/// Each body chunk must arrive within `timeout` of the previous one; bytes are counted.
+/// Each body chunk must arrive within `timeout` of the previous one, and the whole body by
+/// `deadline` (the attempt deadline of its length); bytes are counted.
 fn metered_body(
     stats: Arc<BucketStats>,
     timeout: Duration,
+    deadline: Instant,
     inner: BoxStream<'static, object_store::Result<Bytes>>,
 ) -> BoxStream<'static, object_store::Result<Bytes>> {
     futures::stream::unfold(Some(inner), move |state| {
         let stats = stats.clone();
         async move {
             let mut inner = state?;
-            match tokio::time::timeout(timeout, inner.next()).await {
+            let wait = timeout.min(deadline.saturating_duration_since(Instant::now()));
+            match tokio::time::timeout(wait, inner.next()).await {
                 Ok(Some(Ok(chunk))) => {
                     stats.add_bytes_down(chunk.len() as u64);
                     Some((Ok(chunk), Some(inner)))
@@ -379,12 +412,64 @@ fn metered_body(
                 Ok(Some(Err(err))) => Some((Err(err), None)),
                 Ok(None) => None,
                 // The error ends the stream.
-                Err(_) => Some((Err(timed_out("get body", timeout)), None)),
+                Err(_) => {
+                    stats.record(RequestClass::Get, Outcome::Timeout);
+                    Some((Err(timed_out("get body", wait)), None))
+                }
             }
         }
     })
     // `GetResult::bytes` polls the body again after its end (an empty object has no chunks).
     .fuse()
+    .boxed()
+}
+
+/// A listing whose first page is retried under `policy` (a 503 or a stall before any key
+/// arrived re-issues it); once keys flow, a failure ends the stream and the caller decides (a
+/// resumed listing could skip keys on stores that do not list in order). Failed attempts are
+/// counted here; the answer that is returned is counted by [`LayerStore::metered_stream`].
+fn retry_first_page<T: Send + 'static>(
+    stats: Arc<BucketStats>,
+    policy: LayerPolicy,
+    jitter_seed: u64,
+    operation: &'static str,
+    make: impl Fn() -> BoxStream<'static, object_store::Result<T>> + Send + 'static,
+) -> BoxStream<'static, object_store::Result<T>> {
+    futures::stream::once(async move {
+        let mut rng = fastrand::Rng::with_seed(jitter_seed);
+        let deadline = Instant::now() + policy.request_timeout;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let mut stream = make();
+            let budget = deadline
+                .saturating_duration_since(Instant::now())
+                .min(policy.attempt_timeout);
+            let err = match tokio::time::timeout(budget, stream.next()).await {
+                Ok(Some(Ok(first))) => {
+                    return futures::stream::once(futures::future::ready(Ok(first)))
+                        .chain(stream)
+                        .boxed()
+                }
+                Ok(None) => return futures::stream::empty().boxed(),
+                Ok(Some(Err(err))) => err,
+                Err(_) => timed_out(operation, budget),
+            };
+            let outcome = outcome_of(&err);
+            let backoff = policy.backoff(attempts, outcome == Outcome::Throttled, &mut rng);
+            let useful = policy.attempt_timeout / 4;
+            if !is_retryable(&err)
+                || attempts >= policy.max_attempts
+                || Instant::now() + backoff + useful >= deadline
+            {
+                return futures::stream::once(futures::future::ready(Err(err))).boxed();
+            }
+            stats.record(RequestClass::List, outcome);
+            stats.record_retry(RequestClass::List);
+            tokio::time::sleep(backoff).await;
+        }
+    })
+    .flatten()
     .boxed()
 }
 
@@ -459,9 +544,12 @@ impl ObjectStore for LayerStore {
             .await?;
         match result.payload {
             GetResultPayload::Stream(stream) => {
+                let length = result.range.end.saturating_sub(result.range.start);
+                let deadline = Instant::now() + self.policy.attempt_deadline(length);
                 result.payload = GetResultPayload::Stream(metered_body(
                     self.stats.clone(),
                     self.policy.attempt_timeout,
+                    deadline,
                     stream,
                 ));
             }
@@ -505,12 +593,15 @@ impl ObjectStore for LayerStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.metered_stream(
-            RequestClass::List,
+        let (inner, prefix) = (self.inner.clone(), prefix.cloned());
+        let listing = retry_first_page(
+            self.stats.clone(),
+            self.policy,
+            self.jitter_seed(),
             "list",
-            LIST_PAGE,
-            self.inner.list(prefix),
-        )
+            move || inner.list(prefix.as_ref()),
+        );
+        self.metered_stream(RequestClass::List, "list", LIST_PAGE, listing)
     }
 
     fn list_with_offset(
@@ -521,15 +612,18 @@ impl ObjectStore for LayerStore {
         // Some servers ignore the offset (azurite ignores Azure's `startFrom` unless the client
         // is configured as an emulator): filtering again here keeps "strictly after `offset`"
         // true on every backend, at no cost where the server honoured it.
-        let offset = offset.clone();
-        self.metered_stream(
-            RequestClass::List,
+        let (inner, prefix, offset) = (self.inner.clone(), prefix.cloned(), offset.clone());
+        let start = offset.clone();
+        let listing = retry_first_page(
+            self.stats.clone(),
+            self.policy,
+            self.jitter_seed(),
             "list",
-            LIST_PAGE,
-            self.inner.list_with_offset(prefix, &offset),
-        )
-        .try_filter(move |meta| futures::future::ready(meta.location > offset))
-        .boxed()
+            move || inner.list_with_offset(prefix.as_ref(), &start),
+        );
+        self.metered_stream(RequestClass::List, "list", LIST_PAGE, listing)
+            .try_filter(move |meta| futures::future::ready(meta.location > offset))
+            .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {

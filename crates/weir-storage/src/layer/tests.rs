@@ -313,6 +313,7 @@ async fn test_layer_streams_may_be_polled_again_after_they_end() {
     let mut body = metered_body(
         stats(),
         Duration::from_secs(1),
+        Instant::now() + Duration::from_secs(1),
         futures::stream::empty().boxed(),
     );
     assert!(body.next().await.is_none());
@@ -474,4 +475,181 @@ async fn test_layer_list_with_offset_holds_when_the_store_ignores_the_offset() {
             .requests(RequestClass::List, Outcome::Ok),
         1
     );
+}
+
+fn conditional_conflict() -> object_store::Error {
+    #[derive(Debug, thiserror::Error)]
+    #[error("Server returned non-2xx status code: 409 Conflict: <Error><Code>ConditionalRequestConflict</Code></Error>")]
+    struct Conflict;
+    object_store::Error::AlreadyExists {
+        path: "k".into(),
+        source: Box::new(Conflict),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_retries_s3_conditional_request_conflict() {
+    // S3's 409 ConditionalRequestConflict reaches us as AlreadyExists, but says nothing about
+    // the object: the create-only write is retried, and lands.
+    let flaky = Arc::new(Flaky::new(1, conditional_conflict));
+    let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(10)), stats());
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    store
+        .put_opts(&Path::from("k"), PutPayload::from_static(b"x"), create)
+        .await
+        .unwrap();
+    assert_eq!(flaky.attempts.load(Ordering::SeqCst), 2);
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::Put, Outcome::Error), 1);
+    assert_eq!(snap.requests(RequestClass::Put, Outcome::Conflict), 0);
+}
+
+/// A store whose first `failures` listings fail before any key; then it lists.
+struct FlakyList {
+    inner: InMemory,
+    failures: AtomicU32,
+    listings: AtomicU32,
+}
+
+impl fmt::Debug for FlakyList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FlakyList")
+    }
+}
+
+impl fmt::Display for FlakyList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FlakyList")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FlakyList {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            return futures::stream::once(async { Err(status_error("503 Slow Down")) }).boxed();
+        }
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_retries_a_listing_that_fails_before_its_first_key() {
+    let flaky = Arc::new(FlakyList {
+        inner: InMemory::new(),
+        failures: AtomicU32::new(2),
+        listings: AtomicU32::new(0),
+    });
+    flaky
+        .inner
+        .put(&Path::from("a/1"), PutPayload::from_static(b"x"))
+        .await
+        .unwrap();
+    let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(10)), stats());
+    let listed: Vec<_> = store.list(Some(&Path::from("a"))).collect().await;
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].is_ok(), "{listed:?}");
+    assert_eq!(flaky.listings.load(Ordering::SeqCst), 3);
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::List, Outcome::Throttled), 2);
+    assert_eq!(snap.requests(RequestClass::List, Outcome::Ok), 1);
+    assert_eq!(snap.retries_of(RequestClass::List), 2);
+
+    // Always failing: the error comes out after max_attempts, counted once per attempt.
+    flaky.failures.store(10, Ordering::SeqCst);
+    let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(10)), stats());
+    let listed: Vec<_> = store.list(None).collect().await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(http_status(listed[0].as_ref().unwrap_err()), Some(503));
+    let snap = store.stats().snapshot();
+    assert_eq!(snap.requests(RequestClass::List, Outcome::Throttled), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_body_must_arrive_within_its_deadline() {
+    // A body that trickles (a chunk every 900 ms, each within the 1 s chunk timeout) is still
+    // cut at the whole-body deadline.
+    let trickle = futures::stream::unfold(0u32, |n| async move {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        Some((Ok(Bytes::from_static(b"x")), n + 1))
+    })
+    .boxed();
+    let stats = stats();
+    let body = metered_body(
+        stats.clone(),
+        Duration::from_secs(1),
+        Instant::now() + Duration::from_secs(5),
+        trickle,
+    );
+    let got: Vec<_> = body.collect().await;
+    assert!(got.len() <= 7, "{}", got.len());
+    let last = got.last().unwrap().as_ref().unwrap_err();
+    assert!(
+        last.to_string().contains("get body did not finish"),
+        "{last}"
+    );
+    assert_eq!(
+        stats
+            .snapshot()
+            .requests(RequestClass::Get, Outcome::Timeout),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_layer_large_payload_gets_a_whole_attempt() {
+    // 64 MiB at 4 MiB/s is 3 s + 16 s: more than request_timeout (10 s), still one attempt.
+    let slow = LatencyProfile::constant("slow", Duration::from_secs(15));
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(ModelStore::new(Arc::new(InMemory::new()), slow, 1).unwrap());
+    let store = LayerStore::new(store, policy(Duration::from_secs(10)), stats());
+    store
+        .put(&Path::from("big"), PutPayload::from(vec![0u8; 64 << 20]))
+        .await
+        .unwrap();
 }
