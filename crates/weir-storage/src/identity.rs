@@ -147,6 +147,23 @@ pub async fn check_holders(
     ids: &[Option<String>],
     names: &[String],
 ) -> Result<HolderCheck, StorageError> {
+    let known: Vec<&String> = ids.iter().flatten().collect();
+    if let Some(dup) = known
+        .iter()
+        .enumerate()
+        .find(|(i, id)| known[..*i].contains(id))
+    {
+        return Err(StorageError::BucketMismatch(format!(
+            "bucket id {} appears twice in storage.ingest_buckets ({}): the same bucket under two              URLs would make a quorum count one copy twice",
+            dup.1,
+            ids.iter()
+                .zip(names)
+                .filter(|(id, _)| id.as_ref() == Some(*dup.1))
+                .map(|(_, n)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     for _ in 0..3 {
         let (version, recorded) = latest_list(meta).await?.unwrap_or_default();
         if version > 0 && !consistent(&recorded, ids) {
@@ -342,6 +359,22 @@ mod tests {
         // Dropping the last bucket is refused too.
         let err = check_holders(&meta, &abc[..2], &n[..2]).await.unwrap_err();
         assert!(err.to_string().contains("holder #2"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn test_identity_the_same_bucket_twice_is_refused() {
+        let (a, meta) = (InMemory::new(), InMemory::new());
+        let id = ids(&[&a]).await.remove(0);
+        let err = check_holders(&meta, &[id.clone(), id], &names(&["s3://a", "s3a://a"]))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("appears twice") && err.contains("s3a://a"),
+            "{err}"
+        );
+        // Nothing was recorded.
+        assert!(latest_list(&meta).await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -50,16 +50,26 @@ async fn read(
 }
 
 /// Checks that a second create-only write of one key fails and leaves the first one in place.
+/// A first write answered "already exists" may be our own timed-out attempt that landed (the
+/// layer retried it): the probe then starts over on a fresh key, up to three times.
 pub async fn create_only(
     store: &dyn ObjectStore,
     bucket: &str,
     needed_for: &'static str,
 ) -> Result<(), StorageError> {
-    let key = keys::probe(&nonce());
-    let result = probe_create_only(store, bucket, needed_for, &key).await;
-    // Best effort: a leftover probe object is harmless.
-    let _ = store.delete(&key).await;
-    result
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let key = keys::probe(&nonce());
+        let result = probe_create_only(store, bucket, needed_for, &key).await;
+        // Best effort: a leftover probe object is harmless.
+        let _ = store.delete(&key).await;
+        match result {
+            Err(StorageError::ObjectStore(object_store::Error::AlreadyExists { .. }))
+                if tries < 3 => {}
+            other => return other,
+        }
+    }
 }
 
 async fn probe_create_only(

@@ -33,8 +33,9 @@ use crate::StorageError;
 /// Weir's own per-bucket option: the price table name.
 pub const PRICE_OPTION: &str = "price";
 
-/// A parsed bucket URL: scheme, bucket, key prefix and options.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed bucket URL: scheme, bucket, key prefix and options. Its `Debug` shows option keys
+/// only: values may be credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub struct BucketUrl {
     /// `s3`, `gs`, `az`, `file`, `memory`, …
     pub scheme: String,
@@ -47,10 +48,35 @@ pub struct BucketUrl {
     raw: String,
 }
 
+impl std::fmt::Debug for BucketUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketUrl")
+            .field("name", &self.display_name())
+            .field(
+                "query_keys",
+                &self.query.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// `url` without its query string (which may hold credentials).
+fn without_query(url: &str) -> &str {
+    url.split_once('?').map_or(url, |(name, _)| name)
+}
+
+/// Whether `bucket` is an S3 directory bucket (S3 Express One Zone `--x-s3`, or a Local Zone
+/// `--xa-s3`).
+fn is_directory_bucket(bucket: &str) -> bool {
+    bucket.ends_with("--x-s3") || bucket.ends_with("--xa-s3")
+}
+
 impl BucketUrl {
-    /// Parses `url`.
+    /// Parses `url`. Errors name the URL without its query string.
     pub fn parse(url: &str) -> Result<BucketUrl, StorageError> {
-        let invalid = |why: &str| StorageError::InvalidConfig(format!("bucket URL {url:?}: {why}"));
+        let name = without_query(url);
+        let invalid =
+            |why: &str| StorageError::InvalidConfig(format!("bucket URL {name:?}: {why}"));
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(invalid(
                 "no scheme (expected e.g. file:///path, memory://, s3://bucket, gs://bucket, az://container)",
@@ -91,10 +117,7 @@ impl BucketUrl {
     /// The URL without its query string (which may hold credentials): how logs, errors and
     /// metrics name the bucket.
     pub fn display_name(&self) -> String {
-        self.raw
-            .split_once('?')
-            .map_or(self.raw.as_str(), |(name, _)| name)
-            .to_string()
+        without_query(&self.raw).to_string()
     }
 
     /// Whether objects written here outlive the process.
@@ -155,8 +178,15 @@ impl BucketUrl {
             }
             "s3" | "s3a" => {
                 let mut builder = AmazonS3Builder::from_env().with_bucket_name(&self.bucket);
-                if self.bucket.ends_with("--x-s3") {
+                if is_directory_bucket(&self.bucket) {
                     builder = builder.with_s3_express(true);
+                }
+                if env_truthy("AWS_EC2_METADATA_DISABLED") {
+                    // object_store ignores the variable; honour it by pointing the instance
+                    // credential provider at a closed local port, so it fails instead of
+                    // reaching the metadata service.
+                    builder = builder
+                        .with_config(AmazonS3ConfigKey::MetadataEndpoint, "http://127.0.0.1:1");
                 }
                 for (key, value) in &merged {
                     let parsed: AmazonS3ConfigKey = key.parse().map_err(|_| unknown(key))?;
@@ -204,6 +234,43 @@ impl BucketUrl {
     }
 }
 
+fn env_truthy(name: &str) -> bool {
+    std::env::var(name)
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+/// The canonical spelling of option `key` for buckets of `scheme` (`endpoint` and
+/// `aws_endpoint_url` are both `aws_endpoint`), so options merged from several places override
+/// each other by meaning, not by spelling; `None` when the scheme has no such option. Weir's own
+/// `price` is kept as is.
+pub fn canonical_option(scheme: &str, key: &str) -> Option<String> {
+    let key = key.to_ascii_lowercase();
+    if key == PRICE_OPTION {
+        return Some(key);
+    }
+    match scheme {
+        "s3" | "s3a" => key
+            .parse::<AmazonS3ConfigKey>()
+            .ok()
+            .map(|k| k.as_ref().to_string()),
+        "gs" => key
+            .parse::<GoogleConfigKey>()
+            .ok()
+            .map(|k| k.as_ref().to_string()),
+        "az" | "azure" | "abfs" | "abfss" => {
+            let key = if key == "account" {
+                "account_name".to_string()
+            } else {
+                key
+            };
+            key.parse::<AzureConfigKey>()
+                .ok()
+                .map(|k| k.as_ref().to_string())
+        }
+        _ => None,
+    }
+}
+
 /// The cloud clients retry nothing themselves: [`crate::layer`] decides.
 fn no_client_retries() -> RetryConfig {
     RetryConfig {
@@ -233,7 +300,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
                 let hex = text
                     .get(i + 1..i + 3)
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+                    .ok_or_else(|| "bad percent escape in the query string".to_string())?;
                 out.push(hex);
                 i += 3;
             }
@@ -247,7 +314,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
             }
         }
     }
-    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 after decoding"))
+    String::from_utf8(out).map_err(|_| "the query string is not UTF-8 after decoding".to_string())
 }
 
 /// Opens the store named by `url` with no options beyond the environment and its query.

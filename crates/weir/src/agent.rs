@@ -207,8 +207,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         info!("object storage: {line}");
     }
     if let Some(reporting) = reporting {
+        // Wait for the periodic writer to be gone, so the final report is the last rename.
         reporting.abort();
-        crate::report::write(&config.agent.storage_report, &storage_stats).await;
+        let _ = reporting.await;
+        crate::report::write_final(&config.agent.storage_report, &storage_stats).await;
     }
     info!("stopped");
     Ok(())

@@ -8,7 +8,7 @@ use anyhow::Context;
 use object_store::ObjectStore;
 use tracing::{info, warn};
 use weir_storage::identity::{self, HolderCheck};
-use weir_storage::url::PRICE_OPTION;
+use weir_storage::url::{canonical_option, PRICE_OPTION};
 use weir_storage::{
     maybe_wrap, probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
     StorageError, StorageStats,
@@ -48,6 +48,7 @@ impl Buckets {
         } else {
             storage.ingest_buckets.clone()
         };
+        check_bucket_list(storage, &urls)?;
         let mut ingest = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
             let (name, raw, bucket_stats) = open_raw(storage, url, &stats)?;
@@ -167,6 +168,67 @@ impl Buckets {
     }
 }
 
+/// Refuses configurations that would silently not do what they say: the same bucket twice in the
+/// ingest list (a quorum of one physical copy), `bucket_options` for a bucket that is not
+/// configured, global options that apply to no configured bucket. Warns when two ingest buckets
+/// are prefixes of one bucket (one zone, one failure domain).
+fn check_bucket_list(storage: &StorageConfig, urls: &[String]) -> anyhow::Result<()> {
+    let mut parsed = Vec::with_capacity(urls.len());
+    for url in urls {
+        parsed.push(BucketUrl::parse(url)?);
+    }
+    let scheme = |u: &BucketUrl| {
+        if u.scheme == "s3a" {
+            "s3".to_string()
+        } else {
+            u.scheme.clone()
+        }
+    };
+    for (i, a) in parsed.iter().enumerate() {
+        for b in &parsed[..i] {
+            // Every memory:// bucket is its own store, whatever its name.
+            if scheme(a) != scheme(b) || a.bucket != b.bucket || a.scheme == "memory" {
+                continue;
+            }
+            if a.prefix == b.prefix {
+                anyhow::bail!(
+                    "storage.ingest_buckets lists one bucket twice ({} and {}): a quorum would count one copy as several",
+                    b.display_name(),
+                    a.display_name()
+                );
+            }
+            warn!(
+                first = %b.display_name(),
+                second = %a.display_name(),
+                "two ingest buckets are prefixes of one bucket: they share its zone and failures"
+            );
+        }
+    }
+    let mut names: Vec<String> = parsed.iter().map(BucketUrl::display_name).collect();
+    if !storage.metadata_bucket.is_empty() {
+        names.push(BucketUrl::parse(&storage.metadata_bucket)?.display_name());
+    }
+    if let Some(unknown) = storage.bucket_options.keys().find(|k| !names.contains(k)) {
+        anyhow::bail!(
+            "storage.bucket_options names {unknown:?}, which is not a configured bucket (keys are bucket URLs without the query string: {})",
+            names.join(", ")
+        );
+    }
+    let mut schemes: Vec<String> = parsed.iter().map(|u| u.scheme.clone()).collect();
+    if !storage.metadata_bucket.is_empty() {
+        schemes.push(BucketUrl::parse(&storage.metadata_bucket)?.scheme);
+    }
+    for key in storage.options.keys() {
+        if !schemes.iter().any(|s| canonical_option(s, key).is_some()) {
+            anyhow::bail!(
+                "storage.options key {key:?} applies to none of the configured buckets ({})",
+                schemes.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 fn fatal(bucket: &str, error: StorageError) -> anyhow::Error {
     match error {
         StorageError::MissingCapability { .. } | StorageError::BucketMismatch(_) => error.into(),
@@ -185,13 +247,21 @@ fn open_raw(
 ) -> anyhow::Result<(String, Arc<dyn ObjectStore>, Arc<BucketStats>)> {
     let parsed = BucketUrl::parse(url)?;
     let name = parsed.display_name();
-    let mut options: BTreeMap<String, String> = storage.options.clone();
-    if let Some(own) = storage.bucket_options.get(&name) {
-        options.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Keys are merged by meaning (`endpoint` = `aws_endpoint`), the bucket's own over the
+    // global ones. Global options are for cloud buckets and apply where the scheme has them
+    // (`region` to s3://, not gs://); a bucket's own unknown keys reach the client, which refuses.
+    let mut options: BTreeMap<String, String> = BTreeMap::new();
+    for (key, value) in &storage.options {
+        if let Some(key) = canonical_option(&parsed.scheme, key) {
+            options.insert(key, value.clone());
+        }
     }
-    // Cloud options do not apply to local buckets; the global ones are for cloud buckets.
-    if matches!(parsed.scheme.as_str(), "file" | "memory") {
-        options.retain(|k, _| k == PRICE_OPTION || storage.bucket_options.contains_key(&name));
+    if let Some(own) = storage.bucket_options.get(&name) {
+        for (key, value) in own {
+            let key =
+                canonical_option(&parsed.scheme, key).unwrap_or_else(|| key.to_ascii_lowercase());
+            options.insert(key, value.clone());
+        }
     }
     let price_class = parsed.option(&options, PRICE_OPTION).unwrap_or_else(|| {
         PriceTable::default_class(&parsed.scheme, &parsed.bucket, &storage.profile).to_string()

@@ -47,7 +47,17 @@ pub(crate) fn render(stats: &StorageStats) -> String {
 /// Writes the report to `path` (via a temporary file and rename, so readers never see half a
 /// file). Failures are logged, never fatal: the report is for observers.
 pub(crate) async fn write(path: &Path, stats: &StorageStats) {
-    let tmp = path.with_extension("tmp");
+    write_via(path, stats, "tmp").await
+}
+
+/// The final write at shutdown, through its own temporary file: a periodic write whose blocking
+/// file operations outlive its aborted task cannot tear it.
+pub(crate) async fn write_final(path: &Path, stats: &StorageStats) {
+    write_via(path, stats, "final.tmp").await
+}
+
+async fn write_via(path: &Path, stats: &StorageStats, extension: &str) {
+    let tmp = path.with_extension(extension);
     let body = render(stats);
     let result = async {
         tokio::fs::write(&tmp, body).await?;

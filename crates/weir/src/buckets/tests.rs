@@ -214,3 +214,71 @@ async fn test_buckets_store_ignoring_conditions_refuses_to_start() {
     // The probe's requests went through the layer and were counted.
     assert!(stats.snapshot().requests_of(RequestClass::Put) >= 2);
 }
+
+#[test]
+fn test_buckets_list_mistakes_are_refused() {
+    let err = |flags: &[&str]| match config_from_flags(flags).and_then(|c| Buckets::open(&c, 1)) {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    };
+    let twice = err(&[
+        "--ingest-bucket",
+        "s3://weir-a?region=us-east-1",
+        "--ingest-bucket",
+        "s3a://weir-a",
+    ]);
+    assert!(twice.contains("one bucket twice"), "{twice}");
+    // Two memory:// buckets are two stores.
+    assert_eq!(
+        err(&[
+            "--ingest-bucket",
+            "memory://",
+            "--ingest-bucket",
+            "memory://"
+        ]),
+        ""
+    );
+    std::env::set_var(
+        "WEIR_STORAGE_BUCKET_OPTIONS",
+        r#"{ "s3://weir-b/" = { endpoint = "http://127.0.0.1:1" } }"#,
+    );
+    let unknown = err(&["--ingest-bucket", "s3://weir-b"]);
+    std::env::remove_var("WEIR_STORAGE_BUCKET_OPTIONS");
+    assert!(unknown.contains("not a configured bucket"), "{unknown}");
+    std::env::set_var("WEIR_STORAGE_OPTIONS", r#"{ account_name = "x" }"#);
+    let foreign = err(&["--ingest-bucket", "s3://weir-b"]);
+    std::env::remove_var("WEIR_STORAGE_OPTIONS");
+    assert!(foreign.contains("applies to none"), "{foreign}");
+}
+
+#[test]
+fn test_buckets_options_merge_by_meaning_bucket_over_global() {
+    // The bucket's own `aws_endpoint` beats the global `endpoint` (same option, other spelling),
+    // and the global `region` reaches s3:// but not the memory:// bucket.
+    std::env::set_var(
+        "WEIR_STORAGE_OPTIONS",
+        r#"{ endpoint = "http://127.0.0.1:1", region = "eu-west-1", allow_http = "true", access_key_id = "k", secret_access_key = "s" }"#,
+    );
+    std::env::set_var(
+        "WEIR_STORAGE_BUCKET_OPTIONS",
+        r#"{ "s3://weir-b" = { aws_endpoint = "http://127.0.0.1:2" } }"#,
+    );
+    let config = config_from_flags(&[
+        "--ingest-bucket",
+        "s3://weir-b",
+        "--ingest-bucket",
+        "memory://m",
+    ]);
+    std::env::remove_var("WEIR_STORAGE_OPTIONS");
+    std::env::remove_var("WEIR_STORAGE_BUCKET_OPTIONS");
+    let config = config.unwrap();
+    assert!(Buckets::open(&config, 1).is_ok());
+    let stats = StorageStats::new();
+    let (_, raw, _) = open_raw(&config.storage, "s3://weir-b", &stats).unwrap();
+    let s3 = format!("{raw:?}");
+    assert!(
+        s3.contains("127.0.0.1:2") && !s3.contains("127.0.0.1:1"),
+        "{s3}"
+    );
+    assert!(s3.contains("eu-west-1"), "{s3}");
+}
