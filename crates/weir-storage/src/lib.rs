@@ -9,12 +9,14 @@
 //! - [`layer`] — the storage layer every bucket is wrapped in: deadlines, one retry policy,
 //!   request counters.
 //! - [`stats`] — request counters and estimated cost per bucket (price tables).
+//! - [`hold`] — keeps a bucket whose identity is unchecked out of use.
 //! - [`probe`] — startup checks of what a bucket must support (create-only writes, CAS).
 //! - [`identity`] — stable bucket ids, checked against the holders the log names.
 //! - [`error`] — [`StorageError`].
 
 pub mod cache;
 pub mod error;
+pub mod hold;
 pub mod identity;
 pub mod keys;
 pub mod layer;

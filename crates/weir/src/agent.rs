@@ -98,7 +98,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         config.storage.fault_seed
     };
     let buckets = Buckets::open(&config, fault_seed)?;
-    buckets.verify().await?;
+    let pending = buckets.verify().await?;
+    let verifying = pending.map(|p| p.spawn());
     let storage_stats = buckets.stats.clone();
     let metadata = buckets.metadata.store.clone();
     let listener = tokio::net::TcpListener::bind(&config.agent.listen)
@@ -193,6 +194,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = serving.await;
     control.shutdown().await;
+    if let Some(verifying) = verifying {
+        verifying.abort();
+    }
     for (bucket, lag) in writer.lag_stats().iter().enumerate() {
         if lag.abandoned_writes > 0 {
             info!(

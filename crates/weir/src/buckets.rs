@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use object_store::ObjectStore;
-use tracing::{info, warn};
+use tracing::{debug, error, info, warn};
+use weir_storage::hold::{HeldStore, Hold};
 use weir_storage::identity::{self, HolderCheck};
 use weir_storage::url::{canonical_option, PRICE_OPTION};
 use weir_storage::{
@@ -16,11 +17,26 @@ use weir_storage::{
 
 use crate::config::{Config, StorageConfig};
 
-/// One opened bucket: its display name (URL without options) and its layered store.
+/// One opened bucket: its display name (URL without options), the store Weir uses (the layered
+/// store behind its [`Hold`]) and the layered store itself for the identity checks.
 #[derive(Clone)]
 pub(crate) struct Bucket {
     pub(crate) name: String,
     pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) direct: Arc<dyn ObjectStore>,
+    pub(crate) hold: Hold,
+}
+
+impl Bucket {
+    fn new(name: String, layered: Arc<dyn ObjectStore>) -> Bucket {
+        let hold = Hold::released();
+        Bucket {
+            store: Arc::new(HeldStore::new(layered.clone(), &name, hold.clone())),
+            direct: layered,
+            name,
+            hold,
+        }
+    }
 }
 
 /// Every bucket of the agent, opened and wrapped (not yet checked: [`Buckets::verify`]).
@@ -74,10 +90,7 @@ impl Buckets {
             } else {
                 store
             };
-            ingest.push(Bucket {
-                name,
-                store: layered(store, storage, bucket_stats),
-            });
+            ingest.push(Bucket::new(name, layered(store, storage, bucket_stats)));
         }
         let (metadata, separate_metadata) = if storage.metadata_bucket.is_empty() {
             (ingest[0].clone(), false)
@@ -86,8 +99,10 @@ impl Buckets {
             // A seed apart from the ingest buckets' (seed + index) so its faults are not theirs.
             let store = with_fault_model(raw, storage, seed.rotate_left(17) ^ 0x6d65_7461)?;
             info!(bucket = %name, "metadata log in its own bucket");
-            let store = layered(store, storage, bucket_stats);
-            (Bucket { name, store }, true)
+            (
+                Bucket::new(name, layered(store, storage, bucket_stats)),
+                true,
+            )
         };
         Ok(Buckets {
             ingest,
@@ -105,13 +120,14 @@ impl Buckets {
     ///    recorded in the metadata bucket.
     ///
     /// An ingest bucket that cannot be reached (a transient error after the layer's retries) is
-    /// logged and left unchecked, so one failed zone does not keep the agent down; the metadata
-    /// bucket must be reachable. Anything else (permission denied, no such bucket, …) stops the
-    /// start with the store's error.
-    pub(crate) async fn verify(&self) -> anyhow::Result<()> {
+    /// held out of use and logged, so one failed zone does not keep the agent down; the returned
+    /// [`PendingBuckets`] checks it in the background and releases it once its id is where the
+    /// log expects it. The metadata bucket must be reachable. Anything else (permission denied,
+    /// no such bucket, …) stops the start with the store's error.
+    pub(crate) async fn verify(&self) -> anyhow::Result<Option<PendingBuckets>> {
         if self.separate_metadata {
             probe::create_only(
-                self.metadata.store.as_ref(),
+                self.metadata.direct.as_ref(),
                 &self.metadata.name,
                 "the metadata log (create-only slots and epochs)",
             )
@@ -125,29 +141,25 @@ impl Buckets {
             } else {
                 "its stable bucket id"
             };
-            let checked = async {
-                probe::create_only(bucket.store.as_ref(), &bucket.name, needed_for).await?;
-                identity::ensure_bucket_id(bucket.store.as_ref(), &bucket.name).await
-            }
-            .await;
-            match checked {
+            match identify(bucket, needed_for).await {
                 Ok(id) => ids.push(Some(id)),
                 Err(e) if e.is_retryable() && (index > 0 || self.separate_metadata) => {
                     warn!(
                         bucket = %bucket.name,
                         holder = index,
                         error = %e,
-                        "ingest bucket unreachable at startup: its create-only support and bucket \
-                         id are unchecked; produce needs storage.quorum reachable buckets. Check \
-                         the bucket's endpoint and credentials"
+                        "ingest bucket unreachable at startup: held out of use until its bucket \
+                         id is verified in the background; produce needs storage.quorum \
+                         reachable buckets. Check the bucket's endpoint and credentials"
                     );
+                    bucket.hold.engage();
                     ids.push(None);
                 }
                 Err(e) => return Err(fatal(&bucket.name, e)),
             }
         }
         let names: Vec<String> = self.ingest.iter().map(|b| b.name.clone()).collect();
-        match identity::check_holders(self.metadata.store.as_ref(), &ids, &names).await? {
+        match identity::check_holders(self.metadata.direct.as_ref(), &ids, &names).await? {
             HolderCheck::Recorded => info!(buckets = ?names, "ingest bucket ids recorded"),
             HolderCheck::Matches => info!(buckets = ?names, "ingest bucket ids match the log"),
             HolderCheck::Extended { added } => {
@@ -155,11 +167,19 @@ impl Buckets {
             }
             HolderCheck::NotRecorded => warn!(
                 buckets = ?names,
-                "ingest bucket list not recorded yet: a bucket was unreachable; the next start \
-                 records it"
+                "ingest bucket list not recorded yet: a bucket was unreachable; it is recorded \
+                 once every bucket's id is known"
             ),
         }
-        Ok(())
+        if ids.iter().all(Option::is_some) {
+            return Ok(None);
+        }
+        Ok(Some(PendingBuckets {
+            meta: self.metadata.direct.clone(),
+            buckets: self.ingest.clone(),
+            ids,
+            names,
+        }))
     }
 
     /// The ingest buckets' layered stores, in holder order.
@@ -227,6 +247,75 @@ fn check_bucket_list(storage: &StorageConfig, urls: &[String]) -> anyhow::Result
         }
     }
     Ok(())
+}
+
+/// The create-only probe and the bucket's id.
+async fn identify(bucket: &Bucket, needed_for: &'static str) -> Result<String, StorageError> {
+    probe::create_only(bucket.direct.as_ref(), &bucket.name, needed_for).await?;
+    identity::ensure_bucket_id(bucket.direct.as_ref(), &bucket.name).await
+}
+
+/// Ingest buckets held out of use at startup, checked in the background.
+pub(crate) struct PendingBuckets {
+    meta: Arc<dyn ObjectStore>,
+    buckets: Vec<Bucket>,
+    ids: Vec<Option<String>>,
+    names: Vec<String>,
+}
+
+/// How often a held bucket is checked again.
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl PendingBuckets {
+    /// Tries once to identify every held bucket; releases each that passes. Returns whether
+    /// none is held any more. A bucket whose id contradicts the recorded list stays held (and is
+    /// reported): only a corrected configuration and a restart can use it.
+    pub(crate) async fn check_once(&mut self) -> bool {
+        for (index, bucket) in self.buckets.iter().enumerate() {
+            if self.ids[index].is_some() {
+                continue;
+            }
+            match identify(bucket, "its stable bucket id").await {
+                Ok(id) => self.ids[index] = Some(id),
+                Err(e) => {
+                    debug!(bucket = %bucket.name, error = %e, "held bucket still unreachable")
+                }
+            }
+        }
+        match identity::check_holders(self.meta.as_ref(), &self.ids, &self.names).await {
+            Ok(_) => {
+                for (index, bucket) in self.buckets.iter().enumerate() {
+                    if self.ids[index].is_some() && bucket.hold.is_held() {
+                        bucket.hold.release();
+                        info!(bucket = %bucket.name, holder = index, "bucket id verified: bucket back in use");
+                    }
+                }
+            }
+            Err(StorageError::BucketMismatch(message)) => {
+                error!(
+                    "{message}\n  the bucket stays out of use: fix storage.ingest_buckets and \
+                     restart"
+                );
+                // Forget what was learnt so the next round reports it again.
+                for (index, bucket) in self.buckets.iter().enumerate() {
+                    if bucket.hold.is_held() {
+                        self.ids[index] = None;
+                    }
+                }
+            }
+            Err(e) => debug!(error = %e, "could not check the ingest bucket list"),
+        }
+        self.buckets.iter().all(|b| !b.hold.is_held())
+    }
+
+    /// Checks every [`RECHECK_EVERY`] until no bucket is held.
+    pub(crate) fn spawn(mut self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            while !self.check_once().await {
+                tokio::time::sleep(RECHECK_EVERY).await;
+            }
+        })
+    }
 }
 
 fn fatal(bucket: &str, error: StorageError) -> anyhow::Error {

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use weir_storage::{LayerPolicy, LayerStore, RequestClass};
 
 use super::*;
@@ -28,8 +28,16 @@ fn test_buckets_slow_and_down_buckets_are_wrapped() {
     .unwrap();
     assert_eq!(config.storage.slow_buckets, vec![1, 2]);
     let buckets = Buckets::open(&config, 1).unwrap();
-    let names: Vec<String> = buckets.ingest.iter().map(|b| b.store.to_string()).collect();
-    // Every bucket has the storage layer outermost, slow-bucket delays included.
+    let names: Vec<String> = buckets
+        .ingest
+        .iter()
+        .map(|b| b.direct.to_string())
+        .collect();
+    // Every bucket has the storage layer outermost (under its hold), slow-bucket delays included.
+    assert!(buckets.ingest[0]
+        .store
+        .to_string()
+        .starts_with("Held(Layer(memory://a"));
     assert!(
         names[0].starts_with("Layer(memory://a, 10s, InMemory"),
         "{names:?}"
@@ -74,11 +82,11 @@ fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
     ])
     .unwrap();
     let buckets = Buckets::open(&config, 1).unwrap();
-    let metadata = &buckets.metadata.store;
+    let metadata = &buckets.metadata.direct;
     assert!(!buckets
         .ingest
         .iter()
-        .any(|b| Arc::ptr_eq(&b.store, metadata)));
+        .any(|b| Arc::ptr_eq(&b.direct, metadata)));
     assert!(
         metadata
             .to_string()
@@ -124,7 +132,7 @@ fn file_flags(dirs: &[&std::path::Path], meta: &std::path::Path) -> Vec<String> 
 async fn verify_with(flags: &[String]) -> anyhow::Result<()> {
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let config = config_from_flags(&refs)?;
-    Buckets::open(&config, 1)?.verify().await
+    Buckets::open(&config, 1)?.verify().await.map(|_| ())
 }
 
 #[tokio::test]
@@ -195,18 +203,15 @@ async fn test_buckets_store_ignoring_conditions_refuses_to_start() {
     ));
     let good: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let buckets = Buckets {
-        ingest: vec![Bucket {
-            name: "s3://weir-a".into(),
-            store: good,
-        }],
-        metadata: Bucket {
-            name: "s3://weir-meta".into(),
-            store,
-        },
+        ingest: vec![Bucket::new("s3://weir-a".into(), good)],
+        metadata: Bucket::new("s3://weir-meta".into(), store),
         separate_metadata: true,
         stats: StorageStats::new(),
     };
-    let err = format!("{:#}", buckets.verify().await.unwrap_err());
+    let err = match buckets.verify().await {
+        Ok(_) => panic!("a store ignoring conditions passed"),
+        Err(e) => format!("{e:#}"),
+    };
     assert!(
         err.contains("s3://weir-meta") && err.contains("create-only"),
         "{err}"
@@ -281,4 +286,120 @@ fn test_buckets_options_merge_by_meaning_bucket_over_global() {
         "{s3}"
     );
     assert!(s3.contains("eu-west-1"), "{s3}");
+}
+
+fn small_layer(store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    let stats = Arc::new(weir_storage::BucketStats::new(
+        "b",
+        "free",
+        weir_storage::PriceTable::FREE,
+    ));
+    let policy = LayerPolicy::default().with_request_timeout(std::time::Duration::from_millis(300));
+    Arc::new(LayerStore::new(store, policy, stats))
+}
+
+/// An agent's buckets over shared in-memory stores: `(name, store, down)` in configured order;
+/// a down bucket sits behind an outage the test can end.
+fn buckets_over(
+    layout: &[(&str, &Arc<InMemory>, bool)],
+    meta: &Arc<InMemory>,
+) -> (Buckets, Vec<Arc<weir_storage::ModelStore>>) {
+    let mut outages = Vec::new();
+    let mut ingest = Vec::new();
+    for (name, raw, down) in layout {
+        let store: Arc<dyn ObjectStore> = if *down {
+            let outage = Arc::new(
+                weir_storage::ModelStore::new(
+                    (*raw).clone(),
+                    weir_storage::LatencyProfile::named("local").unwrap(),
+                    1,
+                )
+                .unwrap(),
+            );
+            outage.set_outage(true);
+            outages.push(outage.clone());
+            outage
+        } else {
+            (*raw).clone()
+        };
+        ingest.push(Bucket::new(name.to_string(), small_layer(store)));
+    }
+    let buckets = Buckets {
+        ingest,
+        metadata: Bucket::new("s3://meta".into(), small_layer(meta.clone())),
+        separate_metadata: true,
+        stats: StorageStats::new(),
+    };
+    (buckets, outages)
+}
+
+#[tokio::test]
+async fn test_buckets_unreachable_bucket_is_held_until_its_id_is_verified() {
+    let (a, b, c, d, meta) = (
+        Arc::new(InMemory::new()),
+        Arc::new(InMemory::new()),
+        Arc::new(InMemory::new()),
+        Arc::new(InMemory::new()),
+        Arc::new(InMemory::new()),
+    );
+    let (first, _) = buckets_over(
+        &[
+            ("s3://a", &a, false),
+            ("s3://b", &b, false),
+            ("s3://c", &c, false),
+        ],
+        &meta,
+    );
+    assert!(first.verify().await.unwrap().is_none());
+
+    // b is down at the next start: held, out of every request, until it answers.
+    let (second, outages) = buckets_over(
+        &[
+            ("s3://a", &a, false),
+            ("s3://b", &b, true),
+            ("s3://c", &c, false),
+        ],
+        &meta,
+    );
+    let mut pending = second.verify().await.unwrap().expect("b is pending");
+    assert!(second.ingest[1].hold.is_held());
+    let err = second.ingest[1]
+        .store
+        .put(&object_store::path::Path::from("x"), "x".into())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("held out of use"), "{err}");
+    assert!(!pending.check_once().await, "still down");
+    outages[0].set_outage(false);
+    assert!(pending.check_once().await);
+    assert!(!second.ingest[1].hold.is_held());
+    second.ingest[1]
+        .store
+        .put(&object_store::path::Path::from("x"), "x".into())
+        .await
+        .unwrap();
+
+    // A new bucket d configured in b's place while d is down passes the startup check (nothing
+    // contradicts it yet), but once d answers its id does not match holder #1: it stays held.
+    let (third, outages) = buckets_over(
+        &[
+            ("s3://a", &a, false),
+            ("s3://d", &d, true),
+            ("s3://c", &c, false),
+        ],
+        &meta,
+    );
+    let mut pending = third.verify().await.unwrap().expect("d is pending");
+    outages[0].set_outage(false);
+    assert!(!pending.check_once().await);
+    assert!(
+        third.ingest[1].hold.is_held(),
+        "a wrong bucket was released"
+    );
+    assert!(third.ingest[1]
+        .store
+        .put(&object_store::path::Path::from("y"), "y".into())
+        .await
+        .is_err());
+    assert!(d.head(&object_store::path::Path::from("y")).await.is_err());
 }
