@@ -164,7 +164,10 @@ impl ObjectStore for Gate {
             tokio::time::sleep(latency).await;
             return Err(object_store::Error::AlreadyExists {
                 path: location.to_string(),
-                source: "sim: 409 ConditionalRequestConflict (nothing written)".into(),
+                // Not S3's `ConditionalRequestConflict` wording, which the storage layer may
+                // retry itself: this is the conflict that reaches the metadata log anyway (the
+                // layer's attempts spent, or a store whose wording it does not recognise).
+                source: "sim: a conflicting write is in progress (nothing written)".into(),
             });
         }
         let result = self.inner.put_opts(location, payload, opts).await?;
