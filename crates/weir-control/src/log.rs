@@ -132,44 +132,57 @@ impl LogStore {
     }
 
     /// Writes slot `seq` create-only. An `AlreadyExists` holding our exact bytes (an earlier
-    /// attempt that succeeded after reporting failure) counts as success.
+    /// attempt that succeeded after reporting failure) counts as success; other bytes mean
+    /// another writer took the slot ([`LogError::SlotLost`]).
     pub async fn write_slot(&self, seq: u64, epoch: u64, bytes: Bytes) -> Result<(), LogError> {
         let key = keys::meta_log(seq);
+        match self.create(&key, bytes.clone()).await? {
+            None => Ok(()),
+            Some(existing) if existing == bytes => Ok(()),
+            Some(existing) => Err(LogError::SlotLost {
+                seq,
+                found_epoch: decode_envelope(&existing).map(|env| env.epoch).unwrap_or(0),
+                our_epoch: epoch,
+            }),
+        }
+    }
+
+    /// Writes `key` create-only, retrying failed attempts (up to `write_attempts`, with
+    /// backoff). Returns `None` once written, or the bytes of the object already at `key`.
+    ///
+    /// An `AlreadyExists` whose object is absent is a failed attempt, not an answer: S3 reports
+    /// `409 ConditionalRequestConflict` for a create racing another write to the key that has
+    /// not landed (and may never, e.g. a deposed writer killed mid-PUT), and object_store maps
+    /// every 409 to `AlreadyExists`. Reading that as "taken" would leave a hole in the log.
+    async fn create(&self, key: &Path, bytes: Bytes) -> Result<Option<Bytes>, LogError> {
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
-        let mut rng = fastrand::Rng::with_seed(seq);
+        let mut rng = fastrand::Rng::with_seed(keys::parse_seq_key(key).unwrap_or(0));
         let mut attempt = 0;
         loop {
             attempt += 1;
             let options = PutOptions::from(PutMode::Create);
-            match self
+            let source = match self
                 .store
-                .put_opts(&key, PutPayload::from(bytes.clone()), options)
+                .put_opts(key, PutPayload::from(bytes.clone()), options)
                 .await
             {
-                Ok(_) => return Ok(()),
-                Err(object_store::Error::AlreadyExists { .. }) => {
-                    let existing = self.get(&key).await?.unwrap_or_default();
-                    if existing == bytes {
-                        return Ok(());
+                Ok(_) => return Ok(None),
+                Err(source @ object_store::Error::AlreadyExists { .. }) => {
+                    match self.get(key).await? {
+                        Some(existing) => return Ok(Some(existing)),
+                        None => source,
                     }
-                    let found_epoch = decode_envelope(&existing).map(|env| env.epoch).unwrap_or(0);
-                    return Err(LogError::SlotLost {
-                        seq,
-                        found_epoch,
-                        our_epoch: epoch,
-                    });
                 }
-                Err(source) if attempt < self.write_attempts => {
-                    warn!(seq, attempt, error = %source, "metadata log write failed, retrying");
-                    tokio::time::sleep(backoff.next_delay(&mut rng)).await;
-                }
-                Err(source) => {
-                    return Err(LogError::Store {
-                        key: key.to_string(),
-                        source,
-                    })
-                }
+                Err(source) => source,
+            };
+            if attempt >= self.write_attempts {
+                return Err(LogError::Store {
+                    key: key.to_string(),
+                    source,
+                });
             }
+            warn!(%key, attempt, error = %source, "metadata create-only write failed, retrying");
+            tokio::time::sleep(backoff.next_delay(&mut rng)).await;
         }
     }
 
@@ -242,6 +255,7 @@ impl LogStore {
     }
 
     /// Claims the next epoch create-only; losing the race means another control plane is active.
+    /// A conflict while the epoch object stays absent is retried (see [`Self::create`]).
     async fn claim_epoch(&self, address: &str) -> Result<u64, LogError> {
         let highest = self
             .list_seqs(&keys::meta_epoch_prefix())
@@ -255,22 +269,9 @@ impl LogStore {
         })
         .expect("epoch body serialises");
         let bytes = encode_envelope(EnvelopeKind::Epoch, epoch, epoch, &body);
-        let key = keys::meta_epoch(epoch);
-        match self
-            .store
-            .put_opts(
-                &key,
-                PutPayload::from(bytes),
-                PutOptions::from(PutMode::Create),
-            )
-            .await
-        {
-            Ok(_) => Ok(epoch),
-            Err(object_store::Error::AlreadyExists { .. }) => Err(LogError::EpochTaken(epoch)),
-            Err(source) => Err(LogError::Store {
-                key: key.to_string(),
-                source,
-            }),
+        match self.create(&keys::meta_epoch(epoch), bytes).await? {
+            None => Ok(epoch),
+            Some(_) => Err(LogError::EpochTaken(epoch)),
         }
     }
 

@@ -7,7 +7,7 @@ mod faults;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,6 +105,8 @@ pub struct SimReport {
     pub overtaken_claims: u32,
     /// Most dead log slots (written by a deposed writer) one replay skipped.
     pub dead_slots: u64,
+    /// Create-only PUTs of the metadata bucket answered `AlreadyExists` with nothing written.
+    pub create_conflicts: u64,
     pub consumed_batches: u64,
     pub audits: u32,
     /// Breaches found by the final audit.
@@ -129,7 +131,7 @@ impl fmt::Display for SimReport {
             "seed {} [{}]: {} — {} steps, {:.1} s simulated, {} requests, {} batches / {} records \
              acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
-             outages, {} consumed; lost {}, duplicated {}, reordered {}, gaps {}, violations {}; \
+             outages, {} metadata create conflicts, {} consumed; lost {}, duplicated {}, reordered {}, gaps {}, violations {}; \
              trace {:016x}",
             self.seed,
             self.scenario,
@@ -148,6 +150,7 @@ impl fmt::Display for SimReport {
             self.bucket_outages,
             self.slowdowns,
             self.log_outages,
+            self.create_conflicts,
             self.consumed_batches,
             self.final_audit.lost,
             self.final_audit.duplicated,
@@ -195,6 +198,9 @@ struct Scenario {
     error_rate: f64,
     /// PUTs that land but report a timeout.
     ambiguous_rate: f64,
+    /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing (drawn
+    /// from its own generator, like `p_overlap`).
+    create_conflict_rate: f64,
     put: OpLatency,
     get: OpLatency,
     produce: ProduceSettings,
@@ -235,6 +241,7 @@ impl Scenario {
             partitions: rng.i32(1..=4),
             error_rate: [0.0, 0.0, 0.01, 0.05][rng.usize(..4)],
             ambiguous_rate: [0.0, 0.01, 0.03][rng.usize(..3)],
+            create_conflict_rate: 0.0,
             put: OpLatency::millis(put_p50, put_p50 * rng.u64(2..=6)),
             get: OpLatency::millis(1 + put_p50 / 3, put_p50 * 2),
             produce: ProduceSettings {
@@ -265,7 +272,7 @@ impl Scenario {
             .count();
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
-             errors {:.0}%, ambiguous {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
+             errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
              snapshot every {} slots{}",
             self.buckets,
             self.quorum,
@@ -275,6 +282,7 @@ impl Scenario {
             self.put.p50,
             self.error_rate * 100.0,
             self.ambiguous_rate * 100.0,
+            self.create_conflict_rate * 100.0,
             self.produce.max_file_bytes,
             self.produce.flush_interval,
             self.produce.max_inflight_uploads,
@@ -290,7 +298,7 @@ impl Scenario {
 }
 
 /// One bucket: durable bytes, the shared latency/fault model over them, and the faults the
-/// gates add (slowness, ambiguous writes).
+/// gates add (slowness, ambiguous writes, create conflicts on the metadata bucket).
 struct Bucket {
     raw: Arc<InMemory>,
     model: Arc<ModelStore>,
@@ -390,6 +398,8 @@ struct World {
     /// Draws of faults added after the seed schedules were fixed (see `Scenario::p_overlap`).
     fault_rng: fastrand::Rng,
     overlap: Option<Overlap>,
+    /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing.
+    create_conflicts: Arc<AtomicU64>,
     /// Agent processes started (their numbers).
     opened_count: u32,
     /// Earliest time the next open may start (backoff after a failed one).
@@ -412,7 +422,14 @@ struct World {
     report: SimReport,
 }
 
-fn bucket(rng: &mut fastrand::Rng, scenario: &Scenario, name: &str) -> Bucket {
+/// A bucket; `create_conflicts` (the metadata bucket's) gives it the scenario's create-only
+/// conflicts, counted there.
+fn bucket(
+    rng: &mut fastrand::Rng,
+    scenario: &Scenario,
+    name: &str,
+    create_conflicts: Option<&Arc<AtomicU64>>,
+) -> Bucket {
     let raw = Arc::new(InMemory::new());
     let mut profile = LatencyProfile::local();
     profile.name = name.to_string();
@@ -422,7 +439,14 @@ fn bucket(rng: &mut fastrand::Rng, scenario: &Scenario, name: &str) -> Bucket {
     profile.error_rate = scenario.error_rate;
     let inner: Arc<dyn ObjectStore> = raw.clone();
     let model = ModelStore::new(inner, profile, rng.u64(..)).expect("valid sim profile");
-    let faults = BucketFaults::new(scenario.ambiguous_rate, rng.u64(..));
+    let mut faults = BucketFaults::new(scenario.ambiguous_rate, rng.u64(..));
+    if let Some(count) = create_conflicts {
+        faults = faults.with_create_conflicts(
+            scenario.create_conflict_rate,
+            scenario.put,
+            count.clone(),
+        );
+    }
     Bucket {
         raw,
         model: Arc::new(model),
@@ -433,11 +457,14 @@ fn bucket(rng: &mut fastrand::Rng, scenario: &Scenario, name: &str) -> Bucket {
 impl World {
     fn new(seed: u64) -> World {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let scenario = Scenario::pick(&mut rng);
+        let mut scenario = Scenario::pick(&mut rng);
+        let mut conflict_rng = fastrand::Rng::with_seed(seed ^ 0x636f_6e66_6c69_6374);
+        scenario.create_conflict_rate = [0.0, 0.05, 0.3][conflict_rng.usize(..3)];
         let buckets: Vec<Bucket> = (0..scenario.buckets)
-            .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}")))
+            .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None))
             .collect();
-        let log_bucket = bucket(&mut rng, &scenario, "sim-log");
+        let create_conflicts = Arc::new(AtomicU64::new(0));
+        let log_bucket = bucket(&mut rng, &scenario, "sim-log", Some(&create_conflicts));
         let auditor = Auditor::new(
             log_bucket.raw.clone(),
             buckets.iter().map(|b| b.raw.clone()).collect(),
@@ -473,6 +500,7 @@ impl World {
             opening: 0,
             fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
             overlap: None,
+            create_conflicts,
             opened_count: 0,
             open_after: tokio::time::Instant::now(),
             clients,
@@ -562,6 +590,7 @@ impl World {
         self.final_audit().await;
         self.report.sim_millis = start.elapsed().as_millis() as u64;
         self.report.dead_slots = self.auditor.max_dead_slots;
+        self.report.create_conflicts = self.create_conflicts.load(Ordering::SeqCst);
         self.report.trace_hash = self.trace;
     }
 

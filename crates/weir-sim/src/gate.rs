@@ -6,7 +6,10 @@
 //! still land — a request on the wire outlives the process that sent it. The slow knob is shared
 //! by all incarnations of one bucket and adds a fixed delay before each operation. Some PUTs
 //! that landed report a timeout anyway (the ambiguous write every object-store client must
-//! handle), at a seeded rate shared by all incarnations of the bucket.
+//! handle), at a seeded rate shared by all incarnations of the bucket. Some create-only PUTs
+//! answer `AlreadyExists` without writing anything, as S3 answers `409
+//! ConditionalRequestConflict` to a create racing another write that has not landed (object_store
+//! maps every 409 to `AlreadyExists`): the metadata bucket's gates do this at a seeded rate.
 
 use std::fmt;
 use std::ops::Range;
@@ -20,8 +23,9 @@ use futures::stream::{self, BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
 };
+use weir_storage::OpLatency;
 
 /// Faults of one bucket shared by every incarnation's gate.
 #[derive(Debug)]
@@ -31,6 +35,13 @@ pub(crate) struct BucketFaults {
     /// Probability that a PUT which landed reports a timeout.
     pub(crate) ambiguous_rate: f64,
     pub(crate) rng: Mutex<fastrand::Rng>,
+    /// Probability that a create-only PUT answers `AlreadyExists` and writes nothing, after
+    /// `conflict_latency` (the answer takes a PUT's round trip).
+    conflict_rate: f64,
+    conflict_latency: OpLatency,
+    conflict_rng: Mutex<fastrand::Rng>,
+    /// Create-only PUTs answered so (shared with other views of the same bucket).
+    conflicts: Arc<AtomicU64>,
 }
 
 impl BucketFaults {
@@ -39,12 +50,44 @@ impl BucketFaults {
             slow_ms: AtomicU64::new(0),
             ambiguous_rate,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            conflict_rate: 0.0,
+            conflict_latency: OpLatency::ZERO,
+            // Its own generator: the other faults of a seed stay where they were.
+            conflict_rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x636f_6e66_6c69_6374)),
+            conflicts: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Create-only PUTs answer `AlreadyExists` without writing at `rate`, after `latency`,
+    /// counted in `count`.
+    pub(crate) fn with_create_conflicts(
+        mut self,
+        rate: f64,
+        latency: OpLatency,
+        count: Arc<AtomicU64>,
+    ) -> Self {
+        self.conflict_rate = rate;
+        self.conflict_latency = latency;
+        self.conflicts = count;
+        self
     }
 
     fn lie(&self) -> bool {
         self.ambiguous_rate > 0.0
             && self.rng.lock().unwrap_or_else(|e| e.into_inner()).f64() < self.ambiguous_rate
+    }
+
+    /// Whether this create-only PUT conflicts, and after how long it answers.
+    fn conflict(&self) -> Option<Duration> {
+        if self.conflict_rate <= 0.0 {
+            return None;
+        }
+        let mut rng = self.conflict_rng.lock().unwrap_or_else(|e| e.into_inner());
+        if rng.f64() >= self.conflict_rate {
+            return None;
+        }
+        self.conflicts.fetch_add(1, Ordering::SeqCst);
+        Some(self.conflict_latency.sample(&mut rng))
     }
 }
 
@@ -114,6 +157,19 @@ impl ObjectStore for Gate {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.pass().await;
+        let conflict = matches!(opts.mode, PutMode::Create)
+            .then(|| self.faults.conflict())
+            .flatten();
+        if let Some(latency) = conflict {
+            tokio::time::sleep(latency).await;
+            return Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                // Not S3's `ConditionalRequestConflict` wording, which the storage layer may
+                // retry itself: this is the conflict that reaches the metadata log anyway (the
+                // layer's attempts spent, or a store whose wording it does not recognise).
+                source: "sim: a conflicting write is in progress (nothing written)".into(),
+            });
+        }
         let result = self.inner.put_opts(location, payload, opts).await?;
         if self.faults.lie() {
             return Err(object_store::Error::Generic {

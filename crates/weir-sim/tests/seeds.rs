@@ -35,7 +35,7 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Vec<SimReport> {
 fn test_sim_seeds_0_to_39_exercise_every_fault() {
     let reports = run_seeds(0..40);
     let total = |count: fn(&SimReport) -> u64| reports.iter().map(count).sum::<u64>();
-    let kinds: [(&str, u64); 9] = [
+    let kinds: [(&str, u64); 10] = [
         ("crashes", total(|r| r.crashes.into())),
         ("takeovers", total(|r| r.takeovers.into())),
         ("dead log slots", total(|r| r.dead_slots)),
@@ -50,6 +50,10 @@ fn test_sim_seeds_0_to_39_exercise_every_fault() {
         (
             "claims overtaken by a later writer",
             total(|r| r.overtaken_claims.into()),
+        ),
+        (
+            "metadata create conflicts with nothing written",
+            total(|r| r.create_conflicts),
         ),
     ];
     println!("fault totals over seeds 0-39: {kinds:?}");

@@ -86,10 +86,30 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
 }
 
 /// A store where another writer "races" us: just before our PUT of one key, its bytes land.
+/// It can also answer create-only PUTs of some keys with `AlreadyExists` without writing
+/// anything (`phantom`: key and how many times), as S3 does with `409
+/// ConditionalRequestConflict` while a racing write to the key is in progress.
 #[derive(Debug)]
 struct RaceStore {
     inner: Arc<InMemory>,
     race: std::sync::Mutex<Option<(Path, Bytes)>>,
+    phantom: std::sync::Mutex<BTreeMap<Path, u32>>,
+}
+
+impl RaceStore {
+    fn new(inner: Arc<InMemory>, race: Option<(Path, Bytes)>) -> RaceStore {
+        RaceStore {
+            inner,
+            race: std::sync::Mutex::new(race),
+            phantom: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Create-only PUTs of `key` conflict `times` times without writing.
+    fn phantom_conflicts(self, key: Path, times: u32) -> RaceStore {
+        self.phantom.lock().unwrap().insert(key, times);
+        self
+    }
 }
 
 impl std::fmt::Display for RaceStore {
@@ -106,6 +126,17 @@ impl ObjectStore for RaceStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
+        if matches!(opts.mode, PutMode::Create) {
+            if let Some(left) = self.phantom.lock().unwrap().get_mut(location) {
+                if *left > 0 {
+                    *left -= 1;
+                    return Err(object_store::Error::AlreadyExists {
+                        path: location.to_string(),
+                        source: "409 ConditionalRequestConflict".into(),
+                    });
+                }
+            }
+        }
         let raced = {
             let mut race = self.race.lock().unwrap();
             match race.as_ref() {
@@ -208,10 +239,7 @@ async fn test_log_recover_fails_when_a_later_epoch_wrote_first() {
 #[tokio::test]
 async fn test_log_recover_fails_when_a_higher_epoch_wins_the_new_epoch_slot() {
     let inner = Arc::new(InMemory::new());
-    let race = RaceStore {
-        inner: inner.clone(),
-        race: std::sync::Mutex::new(None),
-    };
+    let race = RaceStore::new(inner.clone(), None);
     // Epoch 2 will have been claimed by the other writer, and its NewEpoch lands first.
     inner
         .put(&keys::meta_epoch(2), PutPayload::from_static(b"other"))
@@ -251,13 +279,10 @@ async fn test_log_slot_lost_while_filling_holes() {
             .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
             .await
             .unwrap();
-        let race = RaceStore {
-            inner: inner.clone(),
-            race: std::sync::Mutex::new(Some((
-                keys::meta_log(2),
-                record_bytes(found_epoch, 2, vec![]),
-            ))),
-        };
+        let race = RaceStore::new(
+            inner.clone(),
+            Some((keys::meta_log(2), record_bytes(found_epoch, 2, vec![]))),
+        );
         let log = LogStore::new(Arc::new(race), 1);
         let result = log.recover("new", "cluster").await;
         if overtaken {
@@ -393,13 +418,78 @@ async fn test_log_recover_refuses_a_corrupt_slot_with_an_operator_message() {
 #[tokio::test]
 async fn test_log_claim_epoch_fails_when_the_epoch_is_taken() {
     let inner = Arc::new(InMemory::new());
-    let race = RaceStore {
-        inner: inner.clone(),
-        race: std::sync::Mutex::new(Some((keys::meta_epoch(1), Bytes::from_static(b"other")))),
-    };
+    let race = RaceStore::new(
+        inner.clone(),
+        Some((keys::meta_epoch(1), Bytes::from_static(b"other"))),
+    );
     let log = LogStore::new(Arc::new(race), 1);
     let err = log.recover("a", "cluster").await.unwrap_err();
     assert!(matches!(err, LogError::EpochTaken(1)), "{err:?}");
     let again = log.recover("a", "cluster").await.unwrap();
     assert_eq!(again.epoch, 2);
+}
+
+/// Issue 10 review H1: a create-only PUT that conflicts (S3 `409 ConditionalRequestConflict`,
+/// which object_store reports as `AlreadyExists`) while the slot stays absent did not lose the
+/// slot to anyone: the write is retried and lands.
+#[tokio::test]
+async fn test_log_write_slot_retries_a_conflict_on_an_absent_slot() {
+    let inner = Arc::new(InMemory::new());
+    let race = RaceStore::new(inner.clone(), None).phantom_conflicts(keys::meta_log(1), 1);
+    let log = LogStore::new(Arc::new(race), 2);
+    let bytes = record_bytes(1, 1, vec![create("t", 1)]);
+    log.write_slot(1, 1, bytes.clone()).await.unwrap();
+    let stored = inner.get(&keys::meta_log(1)).await.unwrap().bytes().await;
+    assert_eq!(stored.unwrap(), bytes);
+}
+
+/// With no attempt left, a conflict on an absent slot is a failed write (the writer steps down
+/// and recovery continues the log), never a slot lost to another epoch.
+#[tokio::test]
+async fn test_log_write_slot_conflict_on_an_absent_slot_is_not_slot_lost() {
+    let inner = Arc::new(InMemory::new());
+    let race = RaceStore::new(inner.clone(), None).phantom_conflicts(keys::meta_log(1), 1);
+    let log = LogStore::new(Arc::new(race), 1);
+    let err = log
+        .write_slot(1, 1, record_bytes(1, 1, vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LogError::Store { .. }), "{err:?}");
+}
+
+/// Recovery filling a hole among a deposed writer's dead slots: a conflict on the absent hole
+/// used to count as "taken by the deposed writer", leaving the hole, so replay stopped there and
+/// every later record of the new writer (acknowledged commits) was invisible to the next
+/// recovery.
+#[tokio::test]
+async fn test_log_fill_retries_a_conflict_on_an_absent_hole() {
+    let inner = Arc::new(InMemory::new());
+    let setup = LogStore::new(inner.clone(), 1);
+    assert_eq!(setup.recover("old", "cluster").await.unwrap().epoch, 1);
+    // The deposed epoch-1 writer left slot 3 (slots 1 and 2 never landed).
+    setup
+        .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
+        .await
+        .unwrap();
+    let race = RaceStore::new(inner.clone(), None).phantom_conflicts(keys::meta_log(2), 1);
+    let log = LogStore::new(Arc::new(race), 2);
+    let recovered = log.recover("new", "cluster").await.unwrap();
+    assert_eq!((recovered.epoch, recovered.next_seq), (2, 4));
+    log.write_slot(4, 2, record_bytes(2, 4, vec![create("acked", 4)]))
+        .await
+        .unwrap();
+    let replayed = LogStore::new(inner, 1).replay().await.unwrap();
+    assert_eq!(replayed.gap, 5, "no hole before the new writer's records");
+    assert!(replayed.state.topic("acked").is_some());
+}
+
+/// A conflict on an absent epoch object is not a claim by another control plane: the claim is
+/// retried and gets that epoch.
+#[tokio::test]
+async fn test_log_claim_epoch_retries_a_conflict_on_an_absent_epoch() {
+    let inner = Arc::new(InMemory::new());
+    let race = RaceStore::new(inner.clone(), None).phantom_conflicts(keys::meta_epoch(1), 1);
+    let log = LogStore::new(Arc::new(race), 2);
+    assert_eq!(log.claim_epoch("a").await.unwrap(), 1);
+    assert!(inner.head(&keys::meta_epoch(1)).await.is_ok());
 }

@@ -117,10 +117,14 @@ impl World {
         for index in live {
             self.halt(index);
         }
-        let faults = Arc::new(BucketFaults::new(
-            self.scenario.ambiguous_rate,
-            self.fault_rng.u64(..),
-        ));
+        let faults = Arc::new(
+            BucketFaults::new(self.scenario.ambiguous_rate, self.fault_rng.u64(..))
+                .with_create_conflicts(
+                    self.scenario.create_conflict_rate,
+                    self.scenario.put,
+                    self.create_conflicts.clone(),
+                ),
+        );
         faults.slow_ms.store(OVERLAP_SLOW_MS, Ordering::SeqCst);
         let first = self.start_open_with(faults.clone());
         self.event(&format!("overlapping recoveries: {first} opens slowly"));
