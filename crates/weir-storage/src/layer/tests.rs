@@ -1,5 +1,4 @@
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutMode};
@@ -25,22 +24,37 @@ fn policy(timeout: Duration) -> LayerPolicy {
     LayerPolicy::default().with_request_timeout(timeout)
 }
 
-/// A store whose next `failures` writes fail with the error `make` builds; then it behaves.
+/// A store whose next `failures` writes, and next `list_failures` listings (before any key), fail
+/// with the error `make` builds; then it behaves.
 struct Flaky {
     inner: InMemory,
     failures: AtomicU32,
     attempts: AtomicU32,
-    make: Mutex<Box<dyn Fn() -> object_store::Error + Send>>,
+    list_failures: AtomicU32,
+    listings: AtomicU32,
+    make: Box<dyn Fn() -> object_store::Error + Send + Sync>,
 }
 
 impl Flaky {
-    fn new(failures: u32, make: impl Fn() -> object_store::Error + Send + 'static) -> Flaky {
+    fn new(failures: u32, make: impl Fn() -> object_store::Error + Send + Sync + 'static) -> Flaky {
         Flaky {
             inner: InMemory::new(),
             failures: AtomicU32::new(failures),
             attempts: AtomicU32::new(0),
-            make: Mutex::new(Box::new(make)),
+            list_failures: AtomicU32::new(0),
+            listings: AtomicU32::new(0),
+            make: Box::new(make),
         }
+    }
+
+    /// Takes one failure from `counter`, if any is left.
+    fn fail(&self, counter: &AtomicU32) -> Option<object_store::Error> {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .ok()
+            .map(|_| (self.make)())
     }
 }
 
@@ -65,10 +79,8 @@ impl ObjectStore for Flaky {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        let left = self.failures.load(Ordering::SeqCst);
-        if left > 0 {
-            self.failures.store(left - 1, Ordering::SeqCst);
-            return Err((self.make.lock().unwrap())());
+        if let Some(err) = self.fail(&self.failures) {
+            return Err(err);
         }
         self.inner.put_opts(location, payload, opts).await
     }
@@ -93,6 +105,10 @@ impl ObjectStore for Flaky {
         self.inner.delete_stream(locations)
     }
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
+        if let Some(err) = self.fail(&self.list_failures) {
+            return futures::stream::once(async { Err(err) }).boxed();
+        }
         self.inner.list(prefix)
     }
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -231,7 +247,7 @@ async fn test_layer_gives_up_after_max_attempts() {
 
 #[tokio::test(start_paused = true)]
 async fn test_layer_answers_are_not_retried() {
-    type MakeError = Box<dyn Fn() -> object_store::Error + Send>;
+    type MakeError = Box<dyn Fn() -> object_store::Error + Send + Sync>;
     let cases: Vec<(&str, MakeError)> = vec![
         ("400", Box::new(|| status_error("400 Bad Request"))),
         ("403", Box::new(|| status_error("403 Forbidden"))),
@@ -507,84 +523,10 @@ async fn test_layer_retries_s3_conditional_request_conflict() {
     assert_eq!(snap.requests(RequestClass::Put, Outcome::Conflict), 0);
 }
 
-/// A store whose first `failures` listings fail before any key; then it lists.
-struct FlakyList {
-    inner: InMemory,
-    failures: AtomicU32,
-    listings: AtomicU32,
-}
-
-impl fmt::Debug for FlakyList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FlakyList")
-    }
-}
-
-impl fmt::Display for FlakyList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FlakyList")
-    }
-}
-
-#[async_trait]
-impl ObjectStore for FlakyList {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.listings.fetch_add(1, Ordering::SeqCst);
-        let left = self.failures.load(Ordering::SeqCst);
-        if left > 0 {
-            self.failures.store(left - 1, Ordering::SeqCst);
-            return futures::stream::once(async { Err(status_error("503 Slow Down")) }).boxed();
-        }
-        self.inner.list(prefix)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn test_layer_retries_a_listing_that_fails_before_its_first_key() {
-    let flaky = Arc::new(FlakyList {
-        inner: InMemory::new(),
-        failures: AtomicU32::new(2),
-        listings: AtomicU32::new(0),
-    });
+    let flaky = Arc::new(Flaky::new(0, || status_error("503 Slow Down")));
+    flaky.list_failures.store(2, Ordering::SeqCst);
     flaky
         .inner
         .put(&Path::from("a/1"), PutPayload::from_static(b"x"))
@@ -601,7 +543,7 @@ async fn test_layer_retries_a_listing_that_fails_before_its_first_key() {
     assert_eq!(snap.retries_of(RequestClass::List), 2);
 
     // Always failing: the error comes out after max_attempts, counted once per attempt.
-    flaky.failures.store(10, Ordering::SeqCst);
+    flaky.list_failures.store(10, Ordering::SeqCst);
     let store = LayerStore::new(flaky.clone(), policy(Duration::from_secs(10)), stats());
     let listed: Vec<_> = store.list(None).collect().await;
     assert_eq!(listed.len(), 1);
