@@ -48,6 +48,32 @@ pub enum Entry {
     DeleteGroup {
         group: String,
     },
+    /// Moves partitions' log start offsets forward (retention, DeleteRecords). Batches wholly
+    /// below the new start leave the index; a file whose last live batch leaves is released.
+    AdvanceLogStart {
+        topic_id: TopicId,
+        partitions: Vec<LogStartMove>,
+        cause: LogStartCause,
+    },
+    /// Released files the deleter removed from every bucket: they leave `State::released`.
+    FilesDeleted {
+        files: Vec<FileId>,
+    },
+}
+
+/// One partition's requested log start in an `AdvanceLogStart` entry. `offset` -1 means the
+/// partition's high watermark (DeleteRecords' "delete everything").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogStartMove {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Why a log start moved: for logs and metrics; apply treats both alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogStartCause {
+    Retention,
+    DeleteRecords,
 }
 
 /// One partition's committed offset in a `CommitOffsets` entry.
@@ -120,4 +146,8 @@ pub enum EntryResult {
     DeleteGroupOffsets(Result<(), ControlError>),
     /// Whether the group had committed offsets.
     DeleteGroup(bool),
+    /// One result per partition of the entry, in order: the log start (Kafka's low watermark).
+    AdvanceLogStart(Vec<Result<i64, ControlError>>),
+    /// How many of the files were released and are now forgotten.
+    FilesDeleted(usize),
 }

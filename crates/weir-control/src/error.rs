@@ -26,6 +26,12 @@ pub enum ControlError {
     },
     #[error("offset metadata of {got} bytes exceeds {max} bytes")]
     OffsetMetadataTooLarge { got: usize, max: usize },
+    #[error("offset {offset} is outside [{log_start_offset}, {high_watermark}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        high_watermark: i64,
+    },
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
     #[error("control plane is shutting down")]

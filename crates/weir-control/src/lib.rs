@@ -5,6 +5,8 @@
 //!   `apply(entry) -> result`.
 //! * [`entry`] — what the log records (requests, not results) and what applying them returns.
 //! * [`log`] — create-only sequenced log objects, epochs, snapshots and recovery by replay.
+//! * [`gc`] — the deleter: released files leave every bucket after a grace period.
+//! * [`maintenance`] — retention: which log starts move, and the task that moves them.
 //! * [`summary`] — topic names, ids and partition counts without partition contents (Metadata).
 //! * [`plane`] — the in-process [`ControlPlane`] handle: a single actor sequences entries,
 //!   group-commits them with several log writes in flight, and answers each caller once its
@@ -15,12 +17,17 @@
 pub mod configs;
 pub mod entry;
 pub mod error;
+pub mod gc;
 pub mod log;
+pub mod maintenance;
 pub mod plane;
 pub mod state;
 pub mod summary;
 
-pub use entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
+pub use entry::{
+    BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, LogStartCause, LogStartMove,
+    OffsetCommit,
+};
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
 pub use state::{CommittedOffset, IndexEntry, PartitionState, State, TimeIndex, Topic};

@@ -52,12 +52,38 @@ pub enum LogError {
          it instead makes the log end before it and loses every later slot"
     )]
     CorruptSlot { key: String, reason: String },
+    #[error(
+        "metadata log slot {key} was written by a newer Weir (record version {version}, this \
+         build reads up to {LOG_RECORD_VERSION}); run that version or newer"
+    )]
+    NewerFormat { key: String, version: u16 },
+}
+
+/// The record version this build writes. 1: the format before versions (no `v` field);
+/// 2: adds `AdvanceLogStart`, `FilesDeleted` and `State::released` (RFC 0003). A reader stops at
+/// a record newer than it knows instead of misreading it.
+pub const LOG_RECORD_VERSION: u16 = 2;
+
+fn version_one() -> u16 {
+    1
 }
 
 /// One log slot: the entries group-committed together.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
+    #[serde(rename = "v", default = "version_one")]
+    pub version: u16,
     pub entries: Vec<Entry>,
+}
+
+impl LogRecord {
+    /// A record of this build's version.
+    pub fn new(entries: Vec<Entry>) -> Self {
+        Self {
+            version: LOG_RECORD_VERSION,
+            entries,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -249,8 +275,33 @@ impl LogStore {
                 envelope.kind, envelope.seq
             )));
         }
-        let record: LogRecord =
-            serde_json::from_slice(envelope.payload).map_err(|err| corrupt(err.to_string()))?;
+        let record: LogRecord = match serde_json::from_slice(envelope.payload) {
+            Ok(record) => record,
+            Err(err) => {
+                // An entry this build does not know parses as an error: say so when the record
+                // names a newer version rather than calling the slot corrupt.
+                #[derive(Deserialize)]
+                struct Version {
+                    #[serde(rename = "v", default = "version_one")]
+                    version: u16,
+                }
+                return Err(match serde_json::from_slice::<Version>(envelope.payload) {
+                    Ok(Version { version }) if version > LOG_RECORD_VERSION => {
+                        LogError::NewerFormat {
+                            key: key.to_string(),
+                            version,
+                        }
+                    }
+                    _ => corrupt(err.to_string()),
+                });
+            }
+        };
+        if record.version > LOG_RECORD_VERSION {
+            return Err(LogError::NewerFormat {
+                key: key.to_string(),
+                version: record.version,
+            });
+        }
         Ok(Some((envelope.epoch, record)))
     }
 
@@ -386,9 +437,7 @@ impl LogStore {
         };
         let new_epoch = Entry::NewEpoch { epoch, cluster_id };
         state.apply(&new_epoch);
-        let record = LogRecord {
-            entries: vec![new_epoch],
-        };
+        let record = LogRecord::new(vec![new_epoch]);
         self.write_slot(gap, epoch, Self::encode_record(epoch, gap, &record))
             .await?;
         let next_seq = self.fill_dead_slots(gap, epoch).await?;
@@ -428,7 +477,7 @@ impl LogStore {
             if existing.binary_search(&seq).is_ok() {
                 continue;
             }
-            let filler = LogRecord { entries: vec![] };
+            let filler = LogRecord::new(vec![]);
             match self
                 .write_slot(seq, epoch, Self::encode_record(epoch, seq, &filler))
                 .await

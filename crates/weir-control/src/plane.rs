@@ -456,7 +456,7 @@ impl Writer {
             waiters.push((reply, self.working.apply(&entry)));
             entries.push(entry);
         }
-        let record = LogRecord { entries };
+        let record = LogRecord::new(entries);
         let bytes = LogStore::encode_record(position.epoch, seq, &record);
         let slot = PendingSlot {
             seq,

@@ -17,7 +17,10 @@ use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
 
+mod log_start;
+mod producers;
 mod time_index;
+use producers::{check_sequence, record_sequence, SequenceCheck};
 pub use time_index::TimeIndex;
 
 /// How many recent batches per producer and partition are remembered for duplicate detection,
@@ -38,6 +41,9 @@ pub struct State {
     /// Committed consumer offsets: group → topic → partition → offset.
     #[serde(default)]
     pub group_offsets: BTreeMap<String, GroupOffsets>,
+    /// Files no index entry names any more, waiting for the deleter (see `log_start`).
+    #[serde(default)]
+    pub released: BTreeMap<FileId, FileMeta>,
     #[serde(skip)]
     topic_names_by_id: HashMap<TopicId, String>,
 }
@@ -190,6 +196,12 @@ impl State {
             Entry::DeleteGroup { group } => {
                 EntryResult::DeleteGroup(self.group_offsets.remove(group).is_some())
             }
+            Entry::AdvanceLogStart {
+                topic_id,
+                partitions,
+                cause: _,
+            } => EntryResult::AdvanceLogStart(self.advance_log_start(topic_id, partitions)),
+            Entry::FilesDeleted { files } => EntryResult::FilesDeleted(self.files_deleted(files)),
         }
     }
 
@@ -331,35 +343,9 @@ impl State {
         Ok(())
     }
 
-    fn init_producer_id(
-        &mut self,
-        existing: Option<(i64, i16)>,
-    ) -> Result<(i64, i16), ControlError> {
-        if let Some((producer_id, epoch)) = existing {
-            let Some(current) = self.producer_epochs.get_mut(&producer_id) else {
-                return Err(ControlError::UnknownProducerId(producer_id));
-            };
-            if *current != epoch {
-                return Err(ControlError::InvalidProducerEpoch {
-                    current: *current,
-                    got: epoch,
-                });
-            }
-            if *current < i16::MAX - 1 {
-                *current += 1;
-                return Ok((producer_id, *current));
-            }
-            // Epoch exhausted: fall through to a fresh producer id, as Kafka does.
-        }
-        let producer_id = self.next_producer_id;
-        self.next_producer_id += 1;
-        self.producer_epochs.insert(producer_id, 0);
-        Ok((producer_id, 0))
-    }
-
     fn commit_file(&mut self, commit: &FileCommit) -> Vec<BatchOutcome> {
         let last_committed = self.agent_tips.get(&commit.agent).copied();
-        if last_committed != commit.previous {
+        if last_committed != commit.previous || self.knows_file(&commit.file_id) {
             let error = ControlError::CommitOutOfOrder { last_committed };
             return vec![BatchOutcome::Rejected(error); commit.batches.len()];
         }
@@ -373,15 +359,15 @@ impl State {
             .iter()
             .filter(|outcome| matches!(outcome, BatchOutcome::Appended { .. }))
             .count() as u32;
+        let meta = FileMeta {
+            size: commit.size,
+            buckets: commit.buckets.clone(),
+            live_batches: live,
+        };
         if live > 0 {
-            self.files.insert(
-                commit.file_id,
-                FileMeta {
-                    size: commit.size,
-                    buckets: commit.buckets.clone(),
-                    live_batches: live,
-                },
-            );
+            self.files.insert(commit.file_id, meta);
+        } else {
+            self.release_unused_file(commit.file_id, meta);
         }
         outcomes
     }
@@ -453,106 +439,10 @@ impl State {
             log_start_offset: partition.log_start_offset,
         }
     }
-
-    fn release_batch(&mut self, file_id: FileId) {
-        if let Some(meta) = self.files.get_mut(&file_id) {
-            meta.live_batches = meta.live_batches.saturating_sub(1);
-            if meta.live_batches == 0 {
-                self.files.remove(&file_id);
-            }
-        }
-    }
 }
 
 /// Kafka's hard ceiling is far higher; this bounds memory per request.
 pub const MAX_PARTITIONS: i32 = 10_000;
-
-enum SequenceCheck {
-    Accept,
-    Duplicate(i64),
-    Reject(ControlError),
-}
-
-fn last_sequence(batch: &BatchCommit) -> i32 {
-    // Sequences wrap at i32::MAX, as in Kafka.
-    ((i64::from(batch.base_sequence) + i64::from(batch.offset_span) - 1)
-        % (i64::from(i32::MAX) + 1)) as i32
-}
-
-/// A batch that opens a producer's stream on a partition (first batch, or a new epoch).
-fn starts_at_zero(batch: &BatchCommit) -> SequenceCheck {
-    if batch.base_sequence == 0 {
-        SequenceCheck::Accept
-    } else {
-        SequenceCheck::Reject(ControlError::OutOfOrderSequence {
-            expected: 0,
-            got: batch.base_sequence,
-        })
-    }
-}
-
-fn check_sequence(partition: &PartitionState, batch: &BatchCommit) -> SequenceCheck {
-    let Some(producer) = partition.producers.get(&batch.producer_id) else {
-        // First batch of this producer on this partition: it must start the stream at 0. Kafka
-        // accepts any sequence here because retention may have removed the producer's state;
-        // Weir keeps that state, and accepting a later batch first would let it overtake an
-        // earlier one whose file failed to upload — the earlier one's retry could then never
-        // be placed (the simulator found this: seed 17).
-        return starts_at_zero(batch);
-    };
-    if batch.producer_epoch < producer.epoch {
-        return SequenceCheck::Reject(ControlError::InvalidProducerEpoch {
-            current: producer.epoch,
-            got: batch.producer_epoch,
-        });
-    }
-    if batch.producer_epoch > producer.epoch {
-        return starts_at_zero(batch);
-    }
-    let last = last_sequence(batch);
-    if let Some(seen) = producer
-        .recent
-        .iter()
-        .find(|seen| seen.first_sequence == batch.base_sequence && seen.last_sequence == last)
-    {
-        return SequenceCheck::Duplicate(seen.base_offset);
-    }
-    let expected = producer
-        .recent
-        .back()
-        .map(|seen| {
-            if seen.last_sequence == i32::MAX {
-                0
-            } else {
-                seen.last_sequence + 1
-            }
-        })
-        .unwrap_or(batch.base_sequence);
-    if batch.base_sequence == expected {
-        SequenceCheck::Accept
-    } else {
-        SequenceCheck::Reject(ControlError::OutOfOrderSequence {
-            expected,
-            got: batch.base_sequence,
-        })
-    }
-}
-
-fn record_sequence(partition: &mut PartitionState, batch: &BatchCommit, base_offset: i64) {
-    let producer = partition.producers.entry(batch.producer_id).or_default();
-    if batch.producer_epoch != producer.epoch {
-        producer.epoch = batch.producer_epoch;
-        producer.recent.clear();
-    }
-    producer.recent.push_back(SequencedBatch {
-        first_sequence: batch.base_sequence,
-        last_sequence: last_sequence(batch),
-        base_offset,
-    });
-    while producer.recent.len() > PRODUCER_BATCH_MEMORY {
-        producer.recent.pop_front();
-    }
-}
 
 #[cfg(test)]
 mod tests;

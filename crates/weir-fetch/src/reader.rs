@@ -1,10 +1,12 @@
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::future::{self, Either};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
+use tokio::time::Instant;
 use weir_common::{FileId, TopicId};
 use weir_control::{ControlPlane, IndexEntry};
 use weir_protocol::batch::rewrite_offsets;
@@ -28,11 +30,19 @@ pub enum FetchError {
     },
     #[error("storage read failed: {0}")]
     Storage(String),
+    /// The plan waited longer than the plan TTL: the files it names may be deleted by now
+    /// (the deleter's grace exceeds the TTL). Retriable: a new fetch plans again.
+    #[error("fetch plan expired after {0:?}")]
+    PlanExpired(Duration),
 }
+
+/// Default of the oldest plan [`FetchReader::read`] starts reading (`gc.fetch_plan_ttl`).
+pub(crate) const DEFAULT_PLAN_TTL: Duration = Duration::from_secs(30);
 
 /// What to read for one partition, decided under the state lock.
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
+    planned_at: Instant,
     pub high_watermark: i64,
     pub log_start_offset: i64,
     entries: Vec<(IndexEntry, Vec<u8>)>,
@@ -65,6 +75,7 @@ pub struct FetchReader {
     control: ControlPlane,
     buckets: Arc<QuorumWriter>,
     cache: Arc<ReadCache>,
+    plan_ttl: Duration,
 }
 
 impl FetchReader {
@@ -73,7 +84,14 @@ impl FetchReader {
             control,
             buckets,
             cache,
+            plan_ttl: DEFAULT_PLAN_TTL,
         }
+    }
+
+    /// Sets the oldest plan `read` starts reading; the file deleter's grace must exceed it.
+    pub fn with_plan_ttl(mut self, plan_ttl: Duration) -> Self {
+        self.plan_ttl = plan_ttl;
+        self
     }
 
     /// Picks the batches from `offset` up to `max_bytes` (at least one batch if `at_least_one`).
@@ -121,6 +139,7 @@ impl FetchReader {
                 entries.push((*entry, holders));
             }
             Ok(ReadPlan {
+                planned_at: Instant::now(),
                 high_watermark,
                 log_start_offset,
                 entries,
@@ -133,6 +152,10 @@ impl FetchReader {
     /// the storage reads of different files run concurrently (up to `MAX_CONCURRENT_READS`),
     /// so a plan spanning many cold files costs about one GET latency, not one per file.
     pub async fn read(&self, plan: ReadPlan) -> Result<PartitionData, FetchError> {
+        let age = plan.planned_at.elapsed();
+        if age > self.plan_ttl {
+            return Err(FetchError::PlanExpired(age));
+        }
         // Pieces in plan order: a cached batch, or a range of one file covering `count` entries.
         enum Piece<'a> {
             Cached(Bytes),

@@ -149,7 +149,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         clock.clone(),
         seed,
     );
-    let fetch = FetchReader::new(control.clone(), writer.clone(), cache);
+    let fetch = FetchReader::new(control.clone(), writer.clone(), cache)
+        .with_plan_ttl(config.gc.fetch_plan_ttl);
     let settings = BrokerSettings {
         node_id: config.agent.node_id,
         advertised_host,
@@ -176,9 +177,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         control.clone(),
         produce,
         fetch,
-        clock,
+        clock.clone(),
         seed,
     ));
+    let clock_for_retention = clock;
     let server = Server::bind(&local.to_string(), broker).await?;
     info!(
         listen = %server.local_addr()?,
@@ -188,11 +190,28 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     let reporting = crate::report::spawn(&config.agent.storage_report, &storage_stats);
+    let retention = tokio::spawn(weir_control::maintenance::run_retention(
+        control.clone(),
+        config.retention.settings(),
+        clock_for_retention,
+        stop_rx.clone(),
+    ));
+    let deleter = weir_control::gc::FileDeleter::new(
+        control.clone(),
+        buckets.ingest_stores(),
+        weir_control::gc::DeleterSettings {
+            grace: config.gc.grace,
+            interval: config.gc.interval,
+        },
+    );
+    let deleting = tokio::spawn(deleter.run(stop_rx.clone()));
     let serving = tokio::spawn(server.run(stop_rx));
     wait_for_signal().await;
     info!("shutting down: draining connections");
     let _ = stop_tx.send(true);
     let _ = serving.await;
+    let _ = retention.await;
+    let _ = deleting.await;
     control.shutdown().await;
     if let Some(verifying) = verifying {
         verifying.abort();

@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub(crate) produce: ProduceConfig,
     pub(crate) control: ControlConfig,
     pub(crate) groups: GroupsConfig,
+    pub(crate) retention: RetentionConfig,
+    pub(crate) gc: GcConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -139,6 +141,38 @@ impl From<Validation> for weir_server::ProduceValidation {
 pub(crate) struct ControlConfig {
     pub(crate) max_inflight_writes: usize,
     pub(crate) snapshot_every_slots: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetentionConfig {
+    #[serde(with = "humantime_serde")]
+    pub(crate) check_interval: Duration,
+    pub(crate) default_ms: i64,
+    pub(crate) default_bytes: i64,
+}
+
+impl RetentionConfig {
+    pub(crate) fn settings(&self) -> weir_control::maintenance::RetentionSettings {
+        weir_control::maintenance::RetentionSettings {
+            check_interval: self.check_interval,
+            defaults: weir_control::maintenance::RetentionDefaults {
+                ms: self.default_ms,
+                bytes: self.default_bytes,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GcConfig {
+    #[serde(with = "humantime_serde")]
+    pub(crate) grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) fetch_plan_ttl: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -309,6 +343,20 @@ impl Config {
         }
         if !(0.0..1.0).contains(&self.storage.error_rate) {
             bail!("storage.error_rate must be in [0, 1)");
+        }
+        if self.retention.check_interval.is_zero() || self.gc.interval.is_zero() {
+            bail!("retention.check_interval and gc.interval must be positive");
+        }
+        if self.retention.default_ms < -1 || self.retention.default_bytes < -1 {
+            bail!("retention.default_ms and retention.default_bytes must be -1 (forever) or more");
+        }
+        if self.gc.fetch_plan_ttl.is_zero() || self.gc.grace <= self.gc.fetch_plan_ttl * 2 {
+            bail!(
+                "gc.grace ({:?}) must exceed twice gc.fetch_plan_ttl ({:?}): a fetch that planned \
+                 its reads just before a file was released may still read it for that long",
+                self.gc.grace,
+                self.gc.fetch_plan_ttl
+            );
         }
         if weir_storage::LatencyProfile::named(&self.storage.profile).is_none() {
             bail!(

@@ -26,9 +26,7 @@ async fn test_log_deposed_writer_loses_its_next_slot() {
     let second = LogStore::new(store.clone(), 1);
     let b = second.recover("b", "cluster").await.unwrap();
     assert_eq!((b.epoch, b.next_seq), (2, 2));
-    let record = LogRecord {
-        entries: vec![create("late", 1)],
-    };
+    let record = LogRecord::new(vec![create("late", 1)]);
     let err = first
         .write_slot(1, a.epoch, LogStore::encode_record(a.epoch, 1, &record))
         .await
@@ -47,7 +45,7 @@ async fn test_log_deposed_writer_loses_its_next_slot() {
 async fn test_log_write_is_idempotent_for_identical_bytes() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let log = LogStore::new(store, 1);
-    let bytes = LogStore::encode_record(1, 5, &LogRecord { entries: vec![] });
+    let bytes = LogStore::encode_record(1, 5, &LogRecord::new(vec![]));
     log.write_slot(5, 1, bytes.clone()).await.unwrap();
     log.write_slot(5, 1, bytes).await.unwrap();
 }
@@ -59,9 +57,7 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
     let a = old.recover("a", "cluster").await.unwrap();
     // Epoch 1 wrote slots 2 and 4, but slot 1 and 3 never landed: nothing past slot 0 was acked.
     for (seq, name) in [(2u64, "dead2"), (4, "dead4")] {
-        let record = LogRecord {
-            entries: vec![create(name, seq as u8)],
-        };
+        let record = LogRecord::new(vec![create(name, seq as u8)]);
         old.write_slot(seq, a.epoch, LogStore::encode_record(a.epoch, seq, &record))
             .await
             .unwrap();
@@ -69,9 +65,7 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
     let new = LogStore::new(store.clone(), 1);
     let b = new.recover("b", "cluster").await.unwrap();
     assert_eq!(b.next_seq, 5, "continues after the last dead slot");
-    let record = LogRecord {
-        entries: vec![create("live", 9)],
-    };
+    let record = LogRecord::new(vec![create("live", 9)]);
     new.write_slot(5, b.epoch, LogStore::encode_record(b.epoch, 5, &record))
         .await
         .unwrap();
@@ -198,7 +192,7 @@ impl ObjectStore for RaceStore {
 }
 
 fn record_bytes(epoch: u64, seq: u64, entries: Vec<Entry>) -> Bytes {
-    LogStore::encode_record(epoch, seq, &LogRecord { entries })
+    LogStore::encode_record(epoch, seq, &LogRecord::new(entries))
 }
 
 fn new_epoch(epoch: u64) -> Entry {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::entry::{LogStartCause, LogStartMove};
 use proptest::prelude::*;
 
 fn topic_id(n: u8) -> TopicId {
@@ -247,6 +248,120 @@ fn test_state_agent_commits_form_a_chain() {
     assert_eq!(state.agent_tips["a"], FileId(4));
 }
 
+fn advance(state: &mut State, partition: i32, offset: i64) -> Result<i64, ControlError> {
+    let entry = Entry::AdvanceLogStart {
+        topic_id: topic_id(1),
+        partitions: vec![LogStartMove { partition, offset }],
+        cause: LogStartCause::DeleteRecords,
+    };
+    match state.apply(&entry) {
+        EntryResult::AdvanceLogStart(mut results) => results.remove(0),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn test_state_log_start_moves_forward_in_whole_batches_and_releases_files() {
+    let mut state = state_with_topic(2);
+    // Files 1..=3 hold one batch of 3 offsets each on partition 0: offsets 0..9.
+    for file in 1..=3 {
+        commit(&mut state, file, vec![batch(0, 3, (-1, -1, -1))]);
+    }
+    assert!(matches!(
+        advance(&mut state, 0, 10),
+        Err(ControlError::OffsetOutOfRange {
+            offset: 10,
+            high_watermark: 9,
+            ..
+        })
+    ));
+    assert!(matches!(
+        advance(&mut state, 0, -2),
+        Err(ControlError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        advance(&mut state, 2, 0),
+        Err(ControlError::UnknownTopicOrPartition(_))
+    ));
+    // Mid-batch: the start moves to 4, the batch 3..=5 stays, file 1 is released.
+    assert_eq!(advance(&mut state, 0, 4), Ok(4));
+    let partition = state.partition(&topic_id(1), 0).unwrap();
+    assert_eq!(partition.log_start_offset, 4);
+    assert_eq!(partition.index.first().map(|e| e.base_offset), Some(3));
+    assert_eq!(partition.time_index.len(), partition.index.len());
+    assert!(state.released.contains_key(&FileId(1)));
+    assert!(!state.files.contains_key(&FileId(1)));
+    // Never backwards: a lower offset answers the current start and changes nothing.
+    assert_eq!(advance(&mut state, 0, 1), Ok(4));
+    // -1: everything up to the high watermark.
+    assert_eq!(advance(&mut state, 0, -1), Ok(9));
+    assert!(state.partition(&topic_id(1), 0).unwrap().index.is_empty());
+    assert!(state.files.is_empty());
+    assert_eq!(state.released.len(), 3);
+    // Appends continue at the high watermark.
+    let appended = commit(&mut state, 4, vec![batch(0, 1, (-1, -1, -1))]);
+    assert_eq!(base(&appended[0]), 9);
+    // FilesDeleted forgets released files only.
+    assert_eq!(
+        state.apply(&Entry::FilesDeleted {
+            files: vec![FileId(1), FileId(4), FileId(77)]
+        }),
+        EntryResult::FilesDeleted(1)
+    );
+    assert!(!state.released.contains_key(&FileId(1)));
+    assert!(state.files.contains_key(&FileId(4)));
+}
+
+#[test]
+fn test_state_released_or_unused_file_ids_never_commit_again() {
+    let mut state = state_with_topic(1);
+    let pid = match state.apply(&Entry::InitProducerId { existing: None }) {
+        EntryResult::InitProducerId(Ok((pid, _))) => pid,
+        other => panic!("unexpected {other:?}"),
+    };
+    commit(&mut state, 1, vec![batch(0, 1, (pid, 0, 0))]);
+    // A file holding only a duplicate is named by no index entry: released at once.
+    let duplicate = commit(&mut state, 2, vec![batch(0, 1, (pid, 0, 0))]);
+    assert!(matches!(duplicate[0], BatchOutcome::Duplicate { .. }));
+    assert!(state.released.contains_key(&FileId(2)));
+    // Committing a known id again (live or released), even on a fresh chain, is refused whole.
+    for file in [1, 2] {
+        let again = state.apply(&Entry::CommitFile(FileCommit {
+            agent: format!("fresh-{file}"),
+            previous: None,
+            file_id: FileId(file),
+            size: 10,
+            buckets: vec![0],
+            batches: vec![batch(0, 1, (-1, -1, -1))],
+        }));
+        assert!(matches!(
+            again,
+            EntryResult::CommitFile(ref o) if matches!(o[0], BatchOutcome::Rejected(ControlError::CommitOutOfOrder { .. }))
+        ));
+    }
+    assert_eq!(state.partition(&topic_id(1), 0).unwrap().high_watermark, 1);
+}
+
+#[test]
+fn test_state_time_index_forgets_the_trimmed_prefix() {
+    let mut state = state_with_topic(1);
+    let mut old = batch(0, 1, (-1, -1, -1));
+    old.max_timestamp = 1_000;
+    commit(&mut state, 1, vec![old]);
+    let mut young = batch(0, 1, (-1, -1, -1));
+    young.max_timestamp = 10;
+    commit(&mut state, 2, vec![young]);
+    advance(&mut state, 0, 1).unwrap();
+    let partition = state.partition(&topic_id(1), 0).unwrap();
+    // Only the kept batch (max 10) exists: nothing reaches 500.
+    assert_eq!(
+        partition
+            .time_index
+            .first_reaching(&partition.index, 0, 500),
+        None
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Create(u8, i32),
@@ -255,6 +370,8 @@ enum Op {
     InitPid,
     CommitOffset(u8, u8, i32, i64),
     DeleteGroup(u8),
+    AdvanceLogStart(u8, i32, i64),
+    FilesDeleted(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -265,6 +382,8 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::InitPid),
         (0u8..2, 0u8..3, -1i32..5, 0i64..100).prop_map(|(g, t, p, o)| Op::CommitOffset(g, t, p, o)),
         (0u8..2).prop_map(Op::DeleteGroup),
+        (0u8..3, -1i32..5, -2i64..12).prop_map(|(t, p, o)| Op::AdvanceLogStart(t, p, o)),
+        (0usize..60).prop_map(Op::FilesDeleted),
     ]
 }
 
@@ -311,6 +430,18 @@ fn to_entry(op: &Op, index: usize) -> Entry {
         },
         Op::DeleteGroup(group) => Entry::DeleteGroup {
             group: format!("group{group}"),
+        },
+        Op::AdvanceLogStart(t, partition, offset) => Entry::AdvanceLogStart {
+            topic_id: topic_id(10 + *t),
+            partitions: vec![LogStartMove {
+                partition: *partition,
+                offset: *offset,
+            }],
+            cause: LogStartCause::Retention,
+        },
+        // Forgets the file committed by entry `n` (deleted or not: unknown ids are ignored).
+        Op::FilesDeleted(n) => Entry::FilesDeleted {
+            files: vec![FileId(*n as u128)],
         },
     }
 }
@@ -427,16 +558,32 @@ proptest! {
                 prop_assert_eq!(&restored_partition.time_index, &partition.time_index);
             }
         }
+        let mut live: BTreeMap<FileId, u32> = BTreeMap::new();
         for topic in first.topics.values() {
             for partition in &topic.partitions {
-                let mut next = partition.log_start_offset;
+                // Dense from the batch holding the log start (it may start below it).
+                let mut next = partition.index.first().map_or(partition.log_start_offset, |e| e.base_offset);
+                prop_assert!(next <= partition.log_start_offset);
+                prop_assert!(partition.log_start_offset <= partition.high_watermark);
+                if let Some(first_entry) = partition.index.first() {
+                    prop_assert!(first_entry.last_offset >= partition.log_start_offset);
+                }
                 for entry in &partition.index {
+                    *live.entry(entry.file_id).or_default() += 1;
                     prop_assert_eq!(entry.base_offset, next);
                     prop_assert!(entry.last_offset >= entry.base_offset);
                     next = entry.last_offset + 1;
                 }
                 prop_assert_eq!(next, partition.high_watermark);
             }
+        }
+        // Every file an index entry names is live with the right count; released files are
+        // named by none (GC-1: deleting them cannot lose data).
+        let counted: BTreeMap<FileId, u32> =
+            first.files.iter().map(|(id, meta)| (*id, meta.live_batches)).collect();
+        prop_assert_eq!(counted, live);
+        for id in first.released.keys() {
+            prop_assert!(!first.files.contains_key(id));
         }
     }
 }

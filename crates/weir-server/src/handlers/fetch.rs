@@ -259,6 +259,6 @@ fn fetch_error_code(error: &FetchError) -> i16 {
     match error {
         FetchError::UnknownTopicOrPartition => error_code::UNKNOWN_TOPIC_OR_PARTITION,
         FetchError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
-        FetchError::Storage(_) => error_code::KAFKA_STORAGE_ERROR,
+        FetchError::Storage(_) | FetchError::PlanExpired(_) => error_code::KAFKA_STORAGE_ERROR,
     }
 }

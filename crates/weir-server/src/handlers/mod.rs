@@ -50,6 +50,7 @@ pub(crate) fn control_error_code(error: &ControlError) -> i16 {
         ControlError::UnknownProducerId(_) => error_code::UNKNOWN_PRODUCER_ID,
         ControlError::CommitOutOfOrder { .. } => error_code::KAFKA_STORAGE_ERROR,
         ControlError::OffsetMetadataTooLarge { .. } => error_code::OFFSET_METADATA_TOO_LARGE,
+        ControlError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
         ControlError::Unavailable(_) => error_code::REQUEST_TIMED_OUT,
         ControlError::ShuttingDown => error_code::NOT_LEADER_OR_FOLLOWER,
     }

@@ -1,0 +1,197 @@
+//! Retention: which log starts should move, computed from the durable state and a wall clock,
+//! and the task that submits them. The clock decides only *when* data goes; the log records
+//! offsets (`AdvanceLogStart`), so replay stays deterministic.
+//!
+//! Per partition, Kafka's two rules over the durable batches, in whole batches:
+//! * time (`retention.ms`): the kept log starts at the first batch whose *running maximum*
+//!   timestamp reaches `now - retention.ms`, as Kafka deletes a prefix of segments by their
+//!   largest timestamp;
+//! * size (`retention.bytes`): drop batches from the front while the rest still holds at least
+//!   `retention.bytes` (the partition never shrinks below it).
+//!
+//! The new start is the later of the two, never past the durable high watermark.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+use weir_common::Clock;
+
+use crate::entry::{Entry, EntryResult, LogStartCause, LogStartMove};
+use crate::plane::ControlPlane;
+use crate::state::{PartitionState, State};
+
+/// Broker defaults for topics without their own `retention.ms` / `retention.bytes` (-1: keep
+/// forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionDefaults {
+    pub ms: i64,
+    pub bytes: i64,
+}
+
+impl Default for RetentionDefaults {
+    /// Kafka's: 7 days, no size limit.
+    fn default() -> Self {
+        Self {
+            ms: 7 * 24 * 3600 * 1000,
+            bytes: -1,
+        }
+    }
+}
+
+/// One `AdvanceLogStart` per topic with a partition whose start should move at `now_ms`.
+pub fn retention_entries(state: &State, now_ms: i64, defaults: RetentionDefaults) -> Vec<Entry> {
+    state
+        .topics
+        .values()
+        .filter_map(|topic| {
+            let limit = |name: &str, default: i64| {
+                topic
+                    .configs
+                    .get(name)
+                    .and_then(|value| value.parse::<i64>().ok())
+                    .unwrap_or(default)
+            };
+            let ms = limit("retention.ms", defaults.ms);
+            let bytes = limit("retention.bytes", defaults.bytes);
+            if ms < 0 && bytes < 0 {
+                return None;
+            }
+            let cutoff = (ms >= 0).then(|| now_ms.saturating_sub(ms));
+            let moves: Vec<LogStartMove> = topic
+                .partitions
+                .iter()
+                .enumerate()
+                .filter_map(|(index, partition)| {
+                    let offset = retained_start(partition, cutoff, bytes)?;
+                    Some(LogStartMove {
+                        partition: index as i32,
+                        offset,
+                    })
+                })
+                .collect();
+            (!moves.is_empty()).then_some(Entry::AdvanceLogStart {
+                topic_id: topic.id,
+                partitions: moves,
+                cause: LogStartCause::Retention,
+            })
+        })
+        .collect()
+}
+
+/// The log start retention asks for on one partition, if it is above the current one.
+fn retained_start(partition: &PartitionState, cutoff: Option<i64>, bytes: i64) -> Option<i64> {
+    let stable = partition.stable_high_watermark;
+    let index = &partition.index;
+    let start_of = |position: usize| index.get(position).map_or(stable, |e| e.base_offset);
+    let by_time = cutoff.map_or(partition.log_start_offset, |cutoff| {
+        let position = partition
+            .time_index
+            .first_reaching(index, 0, cutoff)
+            .unwrap_or(index.len());
+        start_of(position)
+    });
+    let by_size = if bytes >= 0 {
+        let mut total: u64 = index.iter().map(|e| u64::from(e.len)).sum();
+        let mut position = 0;
+        while let Some(entry) = index.get(position) {
+            let rest = total - u64::from(entry.len);
+            if rest < bytes as u64 {
+                break;
+            }
+            total = rest;
+            position += 1;
+        }
+        start_of(position)
+    } else {
+        partition.log_start_offset
+    };
+    let start = by_time.max(by_size).min(stable);
+    (start > partition.log_start_offset).then_some(start)
+}
+
+/// How often retention runs and with which broker defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct RetentionSettings {
+    pub check_interval: Duration,
+    pub defaults: RetentionDefaults,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            check_interval: Duration::from_secs(30),
+            defaults: RetentionDefaults::default(),
+        }
+    }
+}
+
+/// Runs retention every `check_interval` until `stop` turns true.
+pub async fn run_retention(
+    control: ControlPlane,
+    settings: RetentionSettings,
+    clock: std::sync::Arc<dyn Clock>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut ticks = tokio::time::interval(settings.check_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        apply_retention(&control, clock.now_ms(), settings.defaults).await;
+    }
+}
+
+/// One retention pass: submits each topic's moves and logs what moved.
+pub async fn apply_retention(control: &ControlPlane, now_ms: i64, defaults: RetentionDefaults) {
+    let entries = control.read(|state| retention_entries(state, now_ms, defaults));
+    for entry in entries {
+        let Entry::AdvanceLogStart {
+            topic_id,
+            partitions,
+            ..
+        } = &entry
+        else {
+            continue;
+        };
+        let (topic_id, partitions) = (*topic_id, partitions.clone());
+        match control.submit(entry).await {
+            Ok(EntryResult::AdvanceLogStart(results)) => {
+                let topic = control.read(|state| {
+                    state
+                        .topic_by_id(&topic_id)
+                        .map_or_else(|| topic_id.to_string(), |t| t.name.clone())
+                });
+                for (mv, result) in partitions.iter().zip(results) {
+                    match result {
+                        Ok(start) => info!(
+                            topic = %topic,
+                            partition = mv.partition,
+                            log_start_offset = start,
+                            "retention advanced the log start"
+                        ),
+                        Err(error) => warn!(
+                            topic = %topic,
+                            partition = mv.partition,
+                            %error,
+                            "retention could not advance the log start"
+                        ),
+                    }
+                }
+            }
+            Ok(other) => warn!(?other, "unexpected result of a retention entry"),
+            Err(error) => warn!(
+                %error,
+                "retention pass failed; it runs again at the next check interval"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
