@@ -19,7 +19,7 @@ export CARGO_TARGET_DIR="$root/target"
 # name | file | perl substitution (applied with -0pi: may span lines) | what it breaks
 MUTATIONS=(
   "slot-any-already-exists|crates/weir-control/src/log.rs|s/Some\(existing\) if existing == bytes =>/Some(_) =>/|a metadata-log slot write that finds the slot taken counts as written, whoever wrote it (CTL-1, DUR-1)"
-  "first-sequence-any|crates/weir-control/src/state.rs|s/if batch.base_sequence == 0 \{/if batch.base_sequence >= 0 {/|an idempotent producer's first batch (or new epoch) may start at any sequence (ORD-1, seed 17's bug)"
+  "first-sequence-any|crates/weir-control/src/state/producers.rs|s/if batch.base_sequence == 0 \{/if batch.base_sequence >= 0 {/|an idempotent producer's first batch (or new epoch) may start at any sequence (ORD-1, seed 17's bug)"
   "create-conflict-absent-is-taken|crates/weir-control/src/log.rs|s/None => source,/None => return Ok(Some(Bytes::new())),/|a create-only conflict whose object is absent (S3 409 ConditionalRequestConflict, nothing written) counts as a slot or epoch taken: recovery leaves a hole among dead slots (CTL-1, DUR-1; issue 10 review H1)"
   "epoch-taken-ignored|crates/weir-control/src/log.rs|s/if log_epoch > epoch \{/if false \&\& log_epoch > epoch {/|recovery writes its NewEpoch after a later epoch's records instead of failing with EpochTaken (issue 9 4.1)"
   "ack-before-durable|crates/weir-control/src/plane.rs|s/waiters.push\(\(reply, self.working.apply\(&entry\)\)\);/let result = self.working.apply(&entry); let _ = reply.send(Ok(result.clone())); waiters.push((oneshot::channel().0, result));/|the control plane answers an entry when it is sealed, before its slot is durable (DUR-1)"
