@@ -222,3 +222,6 @@ impl FileDeleter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -45,7 +45,13 @@ enum Lookup {
     /// (offset, timestamp); (-1, -1) when nothing matches.
     Answer(i64, i64),
     /// The first record of this batch with a timestamp at or past `target` is the answer.
-    WalkBatch { entry: IndexEntry, target: i64 },
+    /// Read `entry`'s batch for the first record at or above `min_offset` (the log start, which
+    /// may fall inside the batch) whose timestamp reaches `target`.
+    WalkBatch {
+        entry: IndexEntry,
+        target: i64,
+        min_offset: i64,
+    },
 }
 
 pub(crate) async fn list_offsets(
@@ -110,11 +116,16 @@ pub(crate) async fn list_offsets(
     });
     // Outside the lock: read and walk the batches that hold the answers.
     for (topic_index, partition_index, topic_id, partition, walk) in pending {
-        let Lookup::WalkBatch { entry, target } = walk else {
+        let Lookup::WalkBatch {
+            entry,
+            target,
+            min_offset,
+        } = walk
+        else {
             continue;
         };
         let response = &mut topics[topic_index].partitions[partition_index];
-        match find_in_batch(&broker, &topic_id, partition, &entry, target).await {
+        match find_in_batch(&broker, &topic_id, partition, &entry, target, min_offset).await {
             Ok((offset, timestamp)) => {
                 response.offset = offset;
                 response.timestamp = timestamp;
@@ -129,14 +140,15 @@ pub(crate) async fn list_offsets(
 fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Lookup {
     let high_watermark = partition.stable_high_watermark;
     let index = &partition.index;
-    // Visible batches: from the log start up to the durable high watermark.
-    let from = index.partition_point(|e| e.base_offset < partition.log_start_offset);
+    // Visible batches: from the one holding the log start up to the durable high watermark.
+    let start = partition.log_start_offset;
+    let from = index.partition_point(|e| e.last_offset < start);
     let to = index.partition_point(|e| e.base_offset < high_watermark);
     let visible = &index[from.min(to)..to];
     let answer_in = |entry: &IndexEntry, target: i64| {
         if log_append_time {
-            Lookup::Answer(entry.base_offset, entry.max_timestamp)
-        } else if entry.first_timestamp >= target {
+            Lookup::Answer(entry.base_offset.max(start), entry.max_timestamp)
+        } else if entry.first_timestamp >= target && entry.base_offset >= start {
             // The batch's first record (its timestamp is the batch's first timestamp) reaches
             // the target already.
             Lookup::Answer(entry.base_offset, entry.first_timestamp)
@@ -144,6 +156,7 @@ fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Loo
             Lookup::WalkBatch {
                 entry: *entry,
                 target,
+                min_offset: start,
             }
         }
     };
@@ -172,16 +185,18 @@ async fn find_in_batch(
     partition: i32,
     entry: &IndexEntry,
     target: i64,
+    min_offset: i64,
 ) -> Result<(i64, i64), i16> {
+    let first = entry.base_offset.max(min_offset);
     let plan = broker
         .fetch
-        .plan(topic_id, partition, entry.base_offset, 0, true)
+        .plan(topic_id, partition, first, 0, true)
         .map_err(|_| error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let data = broker.fetch.read(plan).await.map_err(|error| {
         warn!(%error, "list offsets: batch read failed");
         error_code::KAFKA_STORAGE_ERROR
     })?;
-    let fallback = (entry.base_offset, entry.max_timestamp);
+    let fallback = (first, entry.max_timestamp);
     let Some(batch) = split_and_validate(&data.records)
         .ok()
         .and_then(|batches| batches.into_iter().next())
@@ -198,11 +213,9 @@ async fn find_in_batch(
             let mut found = None;
             records::walk(header, &section, |record| {
                 let timestamp = record.timestamp(header);
-                if found.is_none() && timestamp >= target {
-                    found = Some((
-                        header.base_offset + i64::from(record.offset_delta),
-                        timestamp,
-                    ));
+                let offset = header.base_offset + i64::from(record.offset_delta);
+                if found.is_none() && timestamp >= target && offset >= first {
+                    found = Some((offset, timestamp));
                 }
             })?;
             Ok(found)
@@ -303,18 +316,35 @@ mod tests {
             lookup(&p, 350, false),
             Lookup::WalkBatch {
                 entry: p.index[1],
-                target: 350
+                target: 350,
+                min_offset: 0
             }
         );
         assert_eq!(
             lookup(&p, MAX_TIMESTAMP, false),
             Lookup::WalkBatch {
                 entry: p.index[1],
-                target: 500
+                target: 500,
+                min_offset: 0
             }
         );
         // LogAppendTime: every record of a batch carries its max timestamp.
         assert_eq!(lookup(&p, 350, true), Lookup::Answer(2, 500));
+        // A log start inside batch 1 (offsets 2..=4): only its records from 3 on count.
+        let mut trimmed = p.clone();
+        trimmed.log_start_offset = 3;
+        trimmed.index.remove(0);
+        trimmed.time_index = weir_control::TimeIndex::rebuild(&trimmed.index);
+        assert_eq!(lookup(&trimmed, EARLIEST, false), Lookup::Answer(3, -1));
+        assert_eq!(
+            lookup(&trimmed, 50, false),
+            Lookup::WalkBatch {
+                entry: p.index[1],
+                target: 50,
+                min_offset: 3
+            }
+        );
+        assert_eq!(lookup(&trimmed, 50, true), Lookup::Answer(3, 500));
         // Not yet durable batches are invisible.
         p.stable_high_watermark = 2;
         assert_eq!(lookup(&p, 350, false), Lookup::Answer(-1, -1));
