@@ -7,6 +7,7 @@ mod backoff;
 mod clock;
 pub mod failpoint;
 mod ids;
+pub mod periodic;
 
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -14,6 +14,10 @@ pub enum Entry {
     NewEpoch {
         epoch: u64,
         cluster_id: String,
+        /// The writer's wall clock (0 in records from before RFC 0003). The first with a time
+        /// starts the expiry clocks of producers and offsets that predate activity times.
+        #[serde(default)]
+        at_ms: i64,
     },
     CreateTopic {
         name: String,
@@ -32,12 +36,23 @@ pub enum Entry {
     /// Non-transactional InitProducerId; `existing` asks for an epoch bump of a known id.
     InitProducerId {
         existing: Option<(i64, i16)>,
+        /// The handler's wall clock: the producer's last activity.
+        #[serde(default)]
+        at_ms: i64,
+        /// An `existing` id the state does not know (expired) gets a fresh id, as Kafka's
+        /// coordinator does for non-transactional producers (KIP-360). Records from before
+        /// this field answered `UnknownProducerId`, and replay must keep answering that.
+        #[serde(default)]
+        fresh_if_unknown: bool,
     },
     /// Committed consumer offsets of a group. The coordinator validated the member and
     /// generation before submitting; apply only checks the partitions and metadata size.
     CommitOffsets {
         group: String,
         offsets: Vec<OffsetCommit>,
+        /// The coordinator's wall clock: when the offsets were committed (expiry).
+        #[serde(default)]
+        at_ms: i64,
     },
     /// OffsetDelete: forgets the group's offsets of these (topic, partition)s.
     DeleteGroupOffsets {
@@ -59,6 +74,32 @@ pub enum Entry {
     FilesDeleted {
         files: Vec<FileId>,
     },
+    /// Forgets every producer id whose last activity is before `before_ms`, with its state on
+    /// every partition (`producer.id.expiration.ms`).
+    ExpireProducers {
+        before_ms: i64,
+    },
+    /// Forgets an empty group's committed offsets if none was committed after
+    /// `last_commit_at_most_ms` (`offsets.retention.minutes`); a later commit wins.
+    ExpireGroup {
+        group: String,
+        last_commit_at_most_ms: i64,
+    },
+    /// Forgets commit-chain tips (agent incarnations) whose last file is older than `before_ms`.
+    ExpireAgentTips {
+        before_ms: i64,
+    },
+}
+
+impl Entry {
+    /// An InitProducerId of this build: an unknown (expired) `existing` id gets a fresh one.
+    pub fn init_producer_id(existing: Option<(i64, i16)>, at_ms: i64) -> Entry {
+        Entry::InitProducerId {
+            existing,
+            at_ms,
+            fresh_if_unknown: true,
+        }
+    }
 }
 
 /// One partition's requested log start in an `AdvanceLogStart` entry. `offset` -1 means the
@@ -150,4 +191,10 @@ pub enum EntryResult {
     AdvanceLogStart(Vec<Result<i64, ControlError>>),
     /// How many of the files were released and are now forgotten.
     FilesDeleted(usize),
+    /// How many producer ids expired.
+    ExpireProducers(usize),
+    /// Whether the group's offsets were forgotten.
+    ExpireGroup(bool),
+    /// How many tips expired.
+    ExpireAgentTips(usize),
 }

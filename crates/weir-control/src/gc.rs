@@ -22,6 +22,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
+use weir_common::periodic::{next_pass, pass_interval};
 use weir_common::FileId;
 use weir_storage::keys;
 
@@ -92,16 +93,8 @@ impl FileDeleter {
 
     /// Runs a pass every `interval` until `stop` turns true.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut ticks = tokio::time::interval(self.settings.interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticks.tick() => {}
-                _ = stop.changed() => return,
-            }
-            if *stop.borrow() {
-                return;
-            }
+        let mut ticks = pass_interval(self.settings.interval);
+        while next_pass(&mut ticks, &mut stop).await {
             let pass = self.pass().await;
             if pass.deleted > 0 || pass.failed > 0 {
                 info!(

@@ -17,7 +17,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
-use weir_common::Backoff;
+use weir_common::{Backoff, Clock, SystemClock};
 use weir_format::{decode_envelope, encode_envelope, EnvelopeKind};
 use weir_storage::keys;
 
@@ -107,6 +107,8 @@ struct EpochBody {
 pub struct LogStore {
     store: Arc<dyn ObjectStore>,
     write_attempts: u32,
+    /// The wall clock a new epoch records (`NewEpoch::at_ms`).
+    clock: Arc<dyn Clock>,
 }
 
 /// The durable state as replay finds it.
@@ -143,7 +145,14 @@ impl LogStore {
         Self {
             store,
             write_attempts: write_attempts.max(1),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Sets the wall clock recorded in `NewEpoch` entries (the simulator's clock).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn encode_record(epoch: u64, seq: u64, record: &LogRecord) -> Bytes {
@@ -435,7 +444,11 @@ impl LogStore {
         } else {
             state.cluster_id.clone()
         };
-        let new_epoch = Entry::NewEpoch { epoch, cluster_id };
+        let new_epoch = Entry::NewEpoch {
+            epoch,
+            cluster_id,
+            at_ms: self.clock.now_ms(),
+        };
         state.apply(&new_epoch);
         let record = LogRecord::new(vec![new_epoch]);
         self.write_slot(gap, epoch, Self::encode_record(epoch, gap, &record))

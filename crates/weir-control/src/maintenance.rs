@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{info, warn};
+use weir_common::periodic::{next_pass, pass_interval};
 use weir_common::Clock;
 
 use crate::entry::{Entry, EntryResult, LogStartCause, LogStartMove};
@@ -126,25 +127,84 @@ impl Default for RetentionSettings {
     }
 }
 
-/// Runs retention every `check_interval` until `stop` turns true.
-pub async fn run_retention(
+/// How long idle producer ids and commit-chain tips are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpirySettings {
+    /// Kafka's `producer.id.expiration.ms` (1 day).
+    pub producer_id_expiration: Duration,
+    /// Commit-chain tips of agent incarnations (1 day).
+    pub agent_tip_expiry: Duration,
+}
+
+impl Default for ExpirySettings {
+    fn default() -> Self {
+        Self {
+            producer_id_expiration: Duration::from_secs(24 * 3600),
+            agent_tip_expiry: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// Runs retention and expiry every `check_interval` until `stop` turns true.
+pub async fn run_maintenance(
     control: ControlPlane,
-    settings: RetentionSettings,
+    retention: RetentionSettings,
+    expiry: ExpirySettings,
     clock: std::sync::Arc<dyn Clock>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut ticks = tokio::time::interval(settings.check_interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
-        if *stop.borrow() {
-            return;
-        }
-        apply_retention(&control, clock.now_ms(), settings.defaults).await;
+    let mut ticks = pass_interval(retention.check_interval);
+    while next_pass(&mut ticks, &mut stop).await {
+        apply_retention(&control, clock.now_ms(), retention.defaults).await;
+        apply_expiry(&control, clock.now_ms(), expiry).await;
     }
+}
+
+/// Expires idle producer ids and stale commit-chain tips, writing an entry only when one is due.
+pub async fn apply_expiry(control: &ControlPlane, now_ms: i64, settings: ExpirySettings) {
+    let producers_before = now_ms.saturating_sub(millis(settings.producer_id_expiration));
+    let tips_before = now_ms.saturating_sub(millis(settings.agent_tip_expiry));
+    let (producers_due, tips_due) = control.read(|state| {
+        (
+            state
+                .producer_last_ms
+                .values()
+                .any(|last| *last < producers_before),
+            state
+                .agent_tips
+                .values()
+                .any(|tip| tip.unix_ms() < tips_before),
+        )
+    });
+    let mut entries = Vec::new();
+    if producers_due {
+        entries.push(Entry::ExpireProducers {
+            before_ms: producers_before,
+        });
+    }
+    if tips_due {
+        entries.push(Entry::ExpireAgentTips {
+            before_ms: tips_before,
+        });
+    }
+    for entry in entries {
+        match control.submit(entry).await {
+            Ok(EntryResult::ExpireProducers(count)) if count > 0 => {
+                info!(count, "expired idle producer ids")
+            }
+            Ok(EntryResult::ExpireAgentTips(count)) if count > 0 => {
+                info!(count, "expired commit chains of idle agent incarnations")
+            }
+            Ok(_) => {}
+            Err(error) => {
+                warn!(%error, "expiry pass failed; it runs again at the next check interval")
+            }
+        }
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// One retention pass: submits each topic's moves and logs what moved.

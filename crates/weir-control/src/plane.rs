@@ -21,7 +21,7 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
-use weir_common::{Backoff, TopicId};
+use weir_common::{Backoff, Clock, SystemClock, TopicId};
 
 use crate::entry::{Entry, EntryResult};
 use crate::log::{LogError, LogRecord, LogStore, Recovered};
@@ -45,6 +45,8 @@ pub struct ControlPlaneSettings {
     /// deterministic simulator sets this: a blocking thread finishes at a time the seed does not
     /// control. Large states stall the writer while encoding, so production leaves it off.
     pub encode_snapshots_inline: bool,
+    /// Wall clock recorded in new epochs (expiry clocks start from it after an upgrade).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for ControlPlaneSettings {
@@ -56,6 +58,7 @@ impl Default for ControlPlaneSettings {
             write_attempts: 5,
             address: String::new(),
             encode_snapshots_inline: false,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -96,7 +99,7 @@ impl ControlPlane {
         settings: ControlPlaneSettings,
         seed: u64,
     ) -> Result<Self, LogError> {
-        let log = LogStore::new(store, settings.write_attempts);
+        let log = LogStore::new(store, settings.write_attempts).with_clock(settings.clock.clone());
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
         let (recovered, open_claims) =

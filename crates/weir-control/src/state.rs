@@ -17,6 +17,7 @@ use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
 
+mod expiry;
 mod log_start;
 mod producers;
 mod time_index;
@@ -33,6 +34,9 @@ pub struct State {
     pub epoch: u64,
     pub next_producer_id: i64,
     pub producer_epochs: BTreeMap<i64, i16>,
+    /// Last activity of each producer id (InitProducerId time, file time of its batches).
+    #[serde(default)]
+    pub producer_last_ms: BTreeMap<i64, i64>,
     pub topics: BTreeMap<String, Topic>,
     pub files: BTreeMap<FileId, FileMeta>,
     /// Last file committed by each agent incarnation (see `FileCommit::previous`).
@@ -59,6 +63,9 @@ pub struct CommittedOffset {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: Option<String>,
+    /// When it was committed (the coordinator's clock); 0 until the first timed `NewEpoch`.
+    #[serde(default)]
+    pub commit_ms: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -165,11 +172,16 @@ impl State {
     /// Applies one entry. Total and deterministic: every failure is a result, never a panic.
     pub fn apply(&mut self, entry: &Entry) -> EntryResult {
         match entry {
-            Entry::NewEpoch { epoch, cluster_id } => {
+            Entry::NewEpoch {
+                epoch,
+                cluster_id,
+                at_ms,
+            } => {
                 self.epoch = *epoch;
                 if self.cluster_id.is_empty() {
                     self.cluster_id = cluster_id.clone();
                 }
+                self.start_expiry_clocks(*at_ms);
                 EntryResult::NewEpoch
             }
             Entry::CreateTopic {
@@ -183,12 +195,20 @@ impl State {
                 EntryResult::CreatePartitions(self.create_partitions(name, *total))
             }
             Entry::CommitFile(commit) => EntryResult::CommitFile(self.commit_file(commit)),
-            Entry::InitProducerId { existing } => {
-                EntryResult::InitProducerId(self.init_producer_id(*existing))
-            }
-            Entry::CommitOffsets { group, offsets } => {
-                EntryResult::CommitOffsets(self.commit_offsets(group, offsets))
-            }
+            Entry::InitProducerId {
+                existing,
+                at_ms,
+                fresh_if_unknown,
+            } => EntryResult::InitProducerId(self.init_producer_id(
+                *existing,
+                *at_ms,
+                *fresh_if_unknown,
+            )),
+            Entry::CommitOffsets {
+                group,
+                offsets,
+                at_ms,
+            } => EntryResult::CommitOffsets(self.commit_offsets(group, offsets, *at_ms)),
             Entry::DeleteGroupOffsets { group, partitions } => {
                 self.delete_group_offsets(group, partitions);
                 EntryResult::DeleteGroupOffsets(Ok(()))
@@ -202,6 +222,16 @@ impl State {
                 cause: _,
             } => EntryResult::AdvanceLogStart(self.advance_log_start(topic_id, partitions)),
             Entry::FilesDeleted { files } => EntryResult::FilesDeleted(self.files_deleted(files)),
+            Entry::ExpireProducers { before_ms } => {
+                EntryResult::ExpireProducers(self.expire_producers(*before_ms))
+            }
+            Entry::ExpireGroup {
+                group,
+                last_commit_at_most_ms,
+            } => EntryResult::ExpireGroup(self.expire_group(group, *last_commit_at_most_ms)),
+            Entry::ExpireAgentTips { before_ms } => {
+                EntryResult::ExpireAgentTips(self.expire_agent_tips(*before_ms))
+            }
         }
     }
 
@@ -219,6 +249,7 @@ impl State {
         &mut self,
         group: &str,
         offsets: &[OffsetCommit],
+        at_ms: i64,
     ) -> Vec<Result<(), ControlError>> {
         offsets
             .iter()
@@ -252,6 +283,7 @@ impl State {
                             offset: commit.offset,
                             leader_epoch: commit.leader_epoch,
                             metadata: commit.metadata.clone(),
+                            commit_ms: at_ms,
                         },
                     );
                 Ok(())
@@ -410,10 +442,12 @@ impl State {
             match check_sequence(partition, batch) {
                 SequenceCheck::Accept => {}
                 SequenceCheck::Duplicate(base_offset) => {
+                    let log_start_offset = partition.log_start_offset;
+                    self.producer_active(batch.producer_id, file_id.unix_ms());
                     return BatchOutcome::Duplicate {
                         base_offset,
-                        log_start_offset: partition.log_start_offset,
-                    }
+                        log_start_offset,
+                    };
                 }
                 SequenceCheck::Reject(error) => return BatchOutcome::Rejected(error),
             }
@@ -431,12 +465,14 @@ impl State {
         });
         partition.time_index.push(batch.max_timestamp);
         partition.high_watermark = last_offset + 1;
+        let log_start_offset = partition.log_start_offset;
         if batch.producer_id >= 0 {
             record_sequence(partition, batch, base_offset);
+            self.producer_active(batch.producer_id, file_id.unix_ms());
         }
         BatchOutcome::Appended {
             base_offset,
-            log_start_offset: partition.log_start_offset,
+            log_start_offset,
         }
     }
 }

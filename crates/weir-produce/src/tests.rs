@@ -175,7 +175,7 @@ async fn ingest_keys(store: &InMemory) -> Vec<Path> {
 
 async fn init_producer(control: &ControlPlane) -> (i64, i16) {
     match control
-        .submit(Entry::InitProducerId { existing: None })
+        .submit(Entry::init_producer_id(None, 0))
         .await
         .unwrap()
     {

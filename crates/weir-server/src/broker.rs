@@ -10,6 +10,7 @@ use weir_fetch::FetchReader;
 use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
 use weir_produce::ProducePipeline;
 
+use crate::admission::{AdmissionSettings, ProducerAdmission};
 use crate::handlers::record_checks::ProduceValidation;
 use crate::memory::ResponseBudget;
 use crate::request_memory::RequestMemory;
@@ -52,6 +53,7 @@ pub struct BrokerSettings {
     pub produce_validation: ProduceValidation,
     /// Largest decompressed records section of one batch (decompression-bomb bound).
     pub max_decompressed_bytes: usize,
+    pub producer_admission: AdmissionSettings,
 }
 
 impl Default for BrokerSettings {
@@ -76,6 +78,7 @@ impl Default for BrokerSettings {
             groups: GroupSettings::default(),
             produce_validation: ProduceValidation::default(),
             max_decompressed_bytes: 32 * 1024 * 1024,
+            producer_admission: AdmissionSettings::default(),
         }
     }
 }
@@ -95,6 +98,7 @@ pub struct Broker {
     /// Fetch response bytes held across all connections (built, or waiting for the socket);
     /// a budget of its own so that clients that never read cannot starve produce requests.
     pub(crate) fetch_memory: Arc<ResponseBudget>,
+    pub(crate) producer_admission: ProducerAdmission,
     seeds: AtomicU64,
 }
 
@@ -115,6 +119,7 @@ impl Broker {
         Self {
             request_memory: RequestMemory::new(request_bytes),
             fetch_memory: ResponseBudget::new(settings.max_inflight_fetch_bytes),
+            producer_admission: ProducerAdmission::new(settings.producer_admission),
             settings,
             control,
             produce,

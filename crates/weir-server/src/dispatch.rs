@@ -162,7 +162,7 @@ async fn route(
             admin::describe_cluster(&broker, context, request)
         }),
         RequestKind::InitProducerId(request) => {
-            spawn(admin::init_producer_id(broker, context, request))
+            spawn(admin::init_producer_id(broker, context, caller, request))
         }
         other => Dispatched::Close(format!(
             "no handler for {:?}",

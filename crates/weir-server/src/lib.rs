@@ -5,10 +5,12 @@
 //! bytes in flight are bounded by a global memory budget, fetch response bytes by another,
 //! connections by a semaphore, and a malformed or unknown request closes only its own connection.
 
+mod admission;
 mod broker;
 mod connection;
 mod dispatch;
 mod handlers;
+mod maintenance;
 mod memory;
 mod order;
 mod request_memory;
@@ -16,6 +18,8 @@ mod server;
 #[cfg(test)]
 mod tests;
 
+pub use admission::AdmissionSettings;
 pub use broker::{Broker, BrokerSettings};
 pub use handlers::record_checks::ProduceValidation;
+pub use maintenance::{run_group_expiry, GroupExpirySettings};
 pub use server::Server;

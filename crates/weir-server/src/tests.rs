@@ -39,7 +39,7 @@ use crate::handlers::fetch;
 use crate::{Broker, BrokerSettings, Server};
 
 const FETCH_VERSION: i16 = 12;
-const TOPIC: &str = "memory";
+pub(crate) const TOPIC: &str = "memory";
 /// Each record of a test batch is 8 bytes: 2,000 make a ~16 KiB batch.
 const SMALL_BATCH_RECORDS: i32 = 2_000;
 const WAIT: Duration = Duration::from_secs(30);
@@ -47,7 +47,11 @@ const WAIT: Duration = Duration::from_secs(30);
 /// A broker over in-memory buckets whose request and response budgets are `budget` bytes,
 /// holding `batches` equal batches of `records` records in partition 0 of `TOPIC`. Returns it
 /// and the length of one batch.
-async fn broker_with_data(budget: usize, records: i32, batches: usize) -> (Arc<Broker>, usize) {
+pub(crate) async fn broker_with_data(
+    budget: usize,
+    records: i32,
+    batches: usize,
+) -> (Arc<Broker>, usize) {
     broker_with(
         budget,
         records,
@@ -466,4 +470,38 @@ async fn test_produce_and_init_producer_id_while_shutting_down() {
     let mut body = roundtrip(&broker, ApiKey::InitProducerId, 1, &request, 0).await;
     let response = InitProducerIdResponse::decode(&mut body, 1).unwrap();
     assert_eq!(response.error_code, 6, "{response:?}");
+}
+
+/// A client looping on InitProducerId gets THROTTLING_QUOTA_EXCEEDED with a throttle time once
+/// its burst is spent, and no new producer id is created for the refused requests; an epoch
+/// bump of a known id is not throttled (it adds no state).
+#[tokio::test]
+async fn test_init_producer_id_loop_is_throttled() {
+    let (broker, _) = broker_with_data(1024 * 1024, 2, 1).await;
+    let burst = broker.settings.producer_admission.burst as usize;
+    let init = |existing: Option<(i64, i16)>| {
+        let (id, epoch) = existing.unwrap_or((-1, -1));
+        InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(kafka_protocol::messages::ProducerId(id))
+            .with_producer_epoch(epoch)
+    };
+    let mut last = None;
+    for _ in 0..burst {
+        let mut body = roundtrip(&broker, ApiKey::InitProducerId, 3, &init(None), 1).await;
+        let response = InitProducerIdResponse::decode(&mut body, 3).unwrap();
+        assert_eq!(response.error_code, 0, "{response:?}");
+        last = Some((response.producer_id.0, response.producer_epoch));
+    }
+    let mut body = roundtrip(&broker, ApiKey::InitProducerId, 3, &init(None), 1).await;
+    let refused = InitProducerIdResponse::decode(&mut body, 3).unwrap();
+    assert_eq!(refused.error_code, 89, "{refused:?}");
+    assert!(refused.throttle_time_ms > 0);
+    let ids = broker.control.read(|state| state.producer_epochs.len());
+    assert_eq!(ids, burst);
+    let mut body = roundtrip(&broker, ApiKey::InitProducerId, 3, &init(last), 1).await;
+    let bumped = InitProducerIdResponse::decode(&mut body, 3).unwrap();
+    assert_eq!(bumped.error_code, 0, "{bumped:?}");
+    assert_eq!(bumped.producer_epoch, last.unwrap().1 + 1);
 }

@@ -171,6 +171,11 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         groups: config.groups.settings(),
         produce_validation: config.produce.validation.into(),
         max_decompressed_bytes: config.produce.max_decompressed_bytes,
+        producer_admission: weir_server::AdmissionSettings {
+            rate: config.produce.init_producer_id_rate,
+            burst: config.produce.init_producer_id_burst,
+            max_producer_ids: config.produce.max_producer_ids,
+        },
     };
     let broker = Arc::new(Broker::new(
         settings,
@@ -181,7 +186,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         seed,
     ));
     let clock_for_retention = clock;
-    let server = Server::bind(&local.to_string(), broker).await?;
+    let server = Server::bind(&local.to_string(), broker.clone()).await?;
     info!(
         listen = %server.local_addr()?,
         data_dir = %config.agent.data_dir.display(),
@@ -190,9 +195,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     let reporting = crate::report::spawn(&config.agent.storage_report, &storage_stats);
-    let retention = tokio::spawn(weir_control::maintenance::run_retention(
+    let retention = tokio::spawn(weir_control::maintenance::run_maintenance(
         control.clone(),
         config.retention.settings(),
+        config.expiry(),
         clock_for_retention,
         stop_rx.clone(),
     ));
@@ -205,6 +211,15 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         },
     );
     let deleting = tokio::spawn(deleter.run(stop_rx.clone()));
+    let group_expiry = tokio::spawn(weir_server::run_group_expiry(
+        broker,
+        weir_server::GroupExpirySettings {
+            offsets_retention: config.groups.offsets_retention,
+            startup_delay: config.groups.expiry_startup_delay,
+            check_interval: config.retention.check_interval,
+        },
+        stop_rx.clone(),
+    ));
     let serving = tokio::spawn(server.run(stop_rx));
     wait_for_signal().await;
     info!("shutting down: draining connections");
@@ -212,6 +227,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = serving.await;
     let _ = retention.await;
     let _ = deleting.await;
+    let _ = group_expiry.await;
     control.shutdown().await;
     if let Some(verifying) = verifying {
         verifying.abort();

@@ -117,6 +117,11 @@ pub(crate) struct ProduceConfig {
     pub(crate) upload_attempts: u32,
     pub(crate) validation: Validation,
     pub(crate) max_decompressed_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub(crate) producer_id_expiration: Duration,
+    pub(crate) init_producer_id_rate: f64,
+    pub(crate) init_producer_id_burst: u32,
+    pub(crate) max_producer_ids: usize,
 }
 
 /// `produce.validation`: how much of each produced batch the agent decodes.
@@ -141,6 +146,8 @@ impl From<Validation> for weir_server::ProduceValidation {
 pub(crate) struct ControlConfig {
     pub(crate) max_inflight_writes: usize,
     pub(crate) snapshot_every_slots: u64,
+    #[serde(with = "humantime_serde")]
+    pub(crate) agent_tip_expiry: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -160,6 +167,16 @@ impl RetentionConfig {
                 ms: self.default_ms,
                 bytes: self.default_bytes,
             },
+        }
+    }
+}
+
+impl Config {
+    /// Expiry of idle producer ids and commit-chain tips.
+    pub(crate) fn expiry(&self) -> weir_control::maintenance::ExpirySettings {
+        weir_control::maintenance::ExpirySettings {
+            producer_id_expiration: self.produce.producer_id_expiration,
+            agent_tip_expiry: self.control.agent_tip_expiry,
         }
     }
 }
@@ -186,6 +203,10 @@ pub(crate) struct GroupsConfig {
     pub(crate) max_groups: usize,
     #[serde(with = "humantime_serde")]
     pub(crate) initial_rebalance_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) offsets_retention: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) expiry_startup_delay: Duration,
 }
 
 impl GroupsConfig {
@@ -343,6 +364,19 @@ impl Config {
         }
         if !(0.0..1.0).contains(&self.storage.error_rate) {
             bail!("storage.error_rate must be in [0, 1)");
+        }
+        if self.produce.producer_id_expiration.is_zero()
+            || self.control.agent_tip_expiry < Duration::from_secs(60)
+            || self.groups.offsets_retention.is_zero()
+        {
+            bail!(
+                "produce.producer_id_expiration and groups.offsets_retention must be positive, \
+                 control.agent_tip_expiry at least 1m"
+            );
+        }
+        let rate = self.produce.init_producer_id_rate;
+        if !rate.is_finite() || rate <= 0.0 || self.produce.init_producer_id_burst == 0 {
+            bail!("produce.init_producer_id_rate and init_producer_id_burst must be positive");
         }
         if self.retention.check_interval.is_zero() || self.gc.interval.is_zero() {
             bail!("retention.check_interval and gc.interval must be positive");

@@ -199,6 +199,7 @@ fn new_epoch(epoch: u64) -> Entry {
     Entry::NewEpoch {
         epoch,
         cluster_id: "cluster".into(),
+        at_ms: 0,
     }
 }
 

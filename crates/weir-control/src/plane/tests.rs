@@ -141,6 +141,7 @@ async fn test_plane_committed_offsets_survive_restart() {
     for round in 0..5i64 {
         let entry = Entry::CommitOffsets {
             group: "g".into(),
+            at_ms: 0,
             offsets: (0..3)
                 .map(|partition| crate::entry::OffsetCommit {
                     topic: "orders".into(),
@@ -260,6 +261,7 @@ async fn test_plane_shuts_down_while_its_log_is_unavailable() {
 fn commit_offset(group: &str, topic: &str, offset: i64) -> Entry {
     Entry::CommitOffsets {
         group: group.into(),
+        at_ms: 0,
         offsets: vec![crate::entry::OffsetCommit {
             topic: topic.into(),
             partition: 0,

@@ -9,27 +9,45 @@ impl State {
     pub(super) fn init_producer_id(
         &mut self,
         existing: Option<(i64, i16)>,
+        at_ms: i64,
+        fresh_if_unknown: bool,
     ) -> Result<(i64, i16), ControlError> {
         if let Some((producer_id, epoch)) = existing {
-            let Some(current) = self.producer_epochs.get_mut(&producer_id) else {
-                return Err(ControlError::UnknownProducerId(producer_id));
+            let Some(&current) = self.producer_epochs.get(&producer_id) else {
+                return if fresh_if_unknown {
+                    Ok(self.new_producer_id(at_ms))
+                } else {
+                    Err(ControlError::UnknownProducerId(producer_id))
+                };
             };
-            if *current != epoch {
+            if current != epoch {
                 return Err(ControlError::InvalidProducerEpoch {
-                    current: *current,
+                    current,
                     got: epoch,
                 });
             }
-            if *current < i16::MAX - 1 {
-                *current += 1;
-                return Ok((producer_id, *current));
+            if current < i16::MAX - 1 {
+                self.producer_epochs.insert(producer_id, current + 1);
+                self.producer_active(producer_id, at_ms);
+                return Ok((producer_id, current + 1));
             }
             // Epoch exhausted: fall through to a fresh producer id, as Kafka does.
         }
+        Ok(self.new_producer_id(at_ms))
+    }
+
+    fn new_producer_id(&mut self, at_ms: i64) -> (i64, i16) {
         let producer_id = self.next_producer_id;
         self.next_producer_id += 1;
         self.producer_epochs.insert(producer_id, 0);
-        Ok((producer_id, 0))
+        self.producer_active(producer_id, at_ms);
+        (producer_id, 0)
+    }
+
+    /// Notes activity of a producer at `at_ms` (its latest activity wins).
+    pub(super) fn producer_active(&mut self, producer_id: i64, at_ms: i64) {
+        let last = self.producer_last_ms.entry(producer_id).or_insert(at_ms);
+        *last = (*last).max(at_ms);
     }
 }
 

@@ -96,7 +96,7 @@ fn test_state_rejects_unknown_topic_and_partition() {
 fn test_state_idempotent_retry_returns_original_offset() {
     let mut state = state_with_topic(1);
     let EntryResult::InitProducerId(Ok((pid, epoch))) =
-        state.apply(&Entry::InitProducerId { existing: None })
+        state.apply(&Entry::init_producer_id(None, 0))
     else {
         panic!()
     };
@@ -126,7 +126,7 @@ fn test_state_idempotent_retry_returns_original_offset() {
 fn test_state_first_batch_of_a_producer_must_start_at_sequence_zero() {
     let mut state = state_with_topic(2);
     let EntryResult::InitProducerId(Ok((pid, epoch))) =
-        state.apply(&Entry::InitProducerId { existing: None })
+        state.apply(&Entry::init_producer_id(None, 0))
     else {
         panic!()
     };
@@ -153,14 +153,13 @@ fn test_state_first_batch_of_a_producer_must_start_at_sequence_zero() {
 #[test]
 fn test_state_old_epoch_is_fenced_and_unknown_pid_rejected() {
     let mut state = state_with_topic(1);
-    let EntryResult::InitProducerId(Ok((pid, _))) =
-        state.apply(&Entry::InitProducerId { existing: None })
+    let EntryResult::InitProducerId(Ok((pid, _))) = state.apply(&Entry::init_producer_id(None, 0))
     else {
         panic!()
     };
-    let EntryResult::InitProducerId(Ok((same, bumped))) = state.apply(&Entry::InitProducerId {
-        existing: Some((pid, 0)),
-    }) else {
+    let EntryResult::InitProducerId(Ok((same, bumped))) =
+        state.apply(&Entry::init_producer_id(Some((pid, 0)), 0))
+    else {
         panic!()
     };
     assert_eq!((same, bumped), (pid, 1));
@@ -315,7 +314,7 @@ fn test_state_log_start_moves_forward_in_whole_batches_and_releases_files() {
 #[test]
 fn test_state_released_or_unused_file_ids_never_commit_again() {
     let mut state = state_with_topic(1);
-    let pid = match state.apply(&Entry::InitProducerId { existing: None }) {
+    let pid = match state.apply(&Entry::init_producer_id(None, 0)) {
         EntryResult::InitProducerId(Ok((pid, _))) => pid,
         other => panic!("unexpected {other:?}"),
     };
@@ -372,6 +371,7 @@ enum Op {
     DeleteGroup(u8),
     AdvanceLogStart(u8, i32, i64),
     FilesDeleted(usize),
+    ExpireProducers(i64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -384,6 +384,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0u8..2).prop_map(Op::DeleteGroup),
         (0u8..3, -1i32..5, -2i64..12).prop_map(|(t, p, o)| Op::AdvanceLogStart(t, p, o)),
         (0usize..60).prop_map(Op::FilesDeleted),
+        (0i64..60).prop_map(Op::ExpireProducers),
     ]
 }
 
@@ -417,9 +418,13 @@ fn to_entry(op: &Op, index: usize) -> Entry {
                 base_sequence: -1,
             }],
         }),
-        Op::InitPid => Entry::InitProducerId { existing: None },
+        Op::InitPid => Entry::init_producer_id(None, index as i64),
+        Op::ExpireProducers(before_ms) => Entry::ExpireProducers {
+            before_ms: *before_ms,
+        },
         Op::CommitOffset(group, t, partition, offset) => Entry::CommitOffsets {
             group: format!("group{group}"),
+            at_ms: 0,
             offsets: vec![OffsetCommit {
                 topic: format!("topic{t}"),
                 partition: *partition,
@@ -455,6 +460,7 @@ fn commit_offset(
 ) -> Result<(), ControlError> {
     let entry = Entry::CommitOffsets {
         group: group.into(),
+        at_ms: 0,
         offsets: vec![OffsetCommit {
             topic: "t".into(),
             partition,
@@ -586,4 +592,158 @@ proptest! {
             prop_assert!(!first.files.contains_key(id));
         }
     }
+}
+
+fn init_pid(state: &mut State, existing: Option<(i64, i16)>, at_ms: i64) -> (i64, i16) {
+    match state.apply(&Entry::init_producer_id(existing, at_ms)) {
+        EntryResult::InitProducerId(Ok(id)) => id,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn commit_at(state: &mut State, file_ms: i64, n: u128, batch: BatchCommit) -> BatchOutcome {
+    // A file id whose ULID time is `file_ms`.
+    let file_id = FileId((u128::from(file_ms as u64) << 80) | n);
+    match state.apply(&Entry::CommitFile(FileCommit {
+        agent: format!("agent-{n}"),
+        previous: None,
+        file_id,
+        size: 10,
+        buckets: vec![0],
+        batches: vec![batch],
+    })) {
+        EntryResult::CommitFile(mut outcomes) => outcomes.remove(0),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn test_state_producers_expire_by_inactivity_on_every_partition_at_once() {
+    let mut state = state_with_topic(2);
+    let (idle, _) = init_pid(&mut state, None, 1_000);
+    let (busy, _) = init_pid(&mut state, None, 1_000);
+    commit_at(&mut state, 2_000, 1, batch(0, 1, (idle, 0, 0)));
+    commit_at(&mut state, 2_000, 2, batch(1, 1, (busy, 0, 0)));
+    // The busy producer writes again later; the log start moving past both changes nothing.
+    commit_at(&mut state, 9_000, 3, batch(1, 1, (busy, 0, 1)));
+    for partition in 0..2 {
+        let entry = Entry::AdvanceLogStart {
+            topic_id: topic_id(1),
+            partitions: vec![LogStartMove {
+                partition,
+                offset: -1,
+            }],
+            cause: LogStartCause::Retention,
+        };
+        state.apply(&entry);
+    }
+    assert_eq!(state.producer_last_ms[&idle], 2_000);
+    assert!(state
+        .partition(&topic_id(1), 0)
+        .unwrap()
+        .producers
+        .contains_key(&idle));
+    assert_eq!(
+        state.apply(&Entry::ExpireProducers { before_ms: 5_000 }),
+        EntryResult::ExpireProducers(1)
+    );
+    assert!(!state.producer_epochs.contains_key(&idle));
+    assert!(!state
+        .partition(&topic_id(1), 0)
+        .unwrap()
+        .producers
+        .contains_key(&idle));
+    // The live producer keeps its sequence on the partition it wrote.
+    let next = commit_at(&mut state, 9_500, 4, batch(1, 1, (busy, 0, 2)));
+    assert!(matches!(next, BatchOutcome::Appended { .. }), "{next:?}");
+    // The expired producer's batches are refused, whatever their sequence.
+    for sequence in [0, 1] {
+        let refused = commit_at(
+            &mut state,
+            9_600,
+            5 + sequence as u128,
+            batch(0, 1, (idle, 0, sequence)),
+        );
+        assert_eq!(
+            refused,
+            BatchOutcome::Rejected(ControlError::UnknownProducerId(idle))
+        );
+    }
+    // Its epoch bump (KIP-360) gets a fresh id that starts at sequence 0 everywhere.
+    let (fresh, epoch) = init_pid(&mut state, Some((idle, 0)), 9_700);
+    assert!(fresh > busy && epoch == 0);
+    let restarted = commit_at(&mut state, 9_800, 8, batch(0, 1, (fresh, 0, 0)));
+    assert!(matches!(restarted, BatchOutcome::Appended { .. }));
+}
+
+#[test]
+fn test_state_records_before_fresh_if_unknown_still_answer_unknown_producer() {
+    let mut state = State::default();
+    let old = Entry::InitProducerId {
+        existing: Some((42, 0)),
+        at_ms: 0,
+        fresh_if_unknown: false,
+    };
+    assert_eq!(
+        state.apply(&old),
+        EntryResult::InitProducerId(Err(ControlError::UnknownProducerId(42)))
+    );
+    assert_eq!(state.next_producer_id, 0);
+    // A record from before the field existed parses to the old behaviour.
+    let parsed: Entry = serde_json::from_str(r#"{"InitProducerId":{"existing":[42,0]}}"#).unwrap();
+    assert_eq!(parsed, old);
+}
+
+#[test]
+fn test_state_group_expiry_loses_to_a_later_commit_and_clocks_start_at_upgrade() {
+    let mut state = state_with_topic(1);
+    // Offsets and a producer from before activity times existed (a v1 log).
+    commit_offset(&mut state, "g", 0, 5, "").unwrap();
+    state
+        .group_offsets
+        .get_mut("g")
+        .unwrap()
+        .get_mut("t")
+        .unwrap()
+        .get_mut(&0)
+        .unwrap()
+        .commit_ms = 0;
+    state.producer_epochs.insert(7, 0);
+    state.next_producer_id = 8;
+    state.apply(&Entry::NewEpoch {
+        epoch: 2,
+        cluster_id: "c".into(),
+        at_ms: 50_000,
+    });
+    assert_eq!(state.producer_last_ms[&7], 50_000);
+    assert_eq!(state.group_last_commit_ms("g"), Some(50_000));
+    // Not idle long enough: the bound is before the commit.
+    assert_eq!(
+        state.apply(&Entry::ExpireGroup {
+            group: "g".into(),
+            last_commit_at_most_ms: 49_999
+        }),
+        EntryResult::ExpireGroup(false)
+    );
+    assert_eq!(
+        state.apply(&Entry::ExpireGroup {
+            group: "g".into(),
+            last_commit_at_most_ms: 50_000
+        }),
+        EntryResult::ExpireGroup(true)
+    );
+    assert!(state.group_offsets.is_empty());
+}
+
+#[test]
+fn test_state_agent_tips_expire_by_file_time() {
+    let mut state = state_with_topic(1);
+    commit_at(&mut state, 1_000, 1, batch(0, 1, (-1, -1, -1)));
+    commit_at(&mut state, 9_000, 2, batch(0, 1, (-1, -1, -1)));
+    assert_eq!(
+        state.apply(&Entry::ExpireAgentTips { before_ms: 5_000 }),
+        EntryResult::ExpireAgentTips(1)
+    );
+    assert!(!state.agent_tips.contains_key("agent-1"));
+    assert!(state.agent_tips.contains_key("agent-2"));
 }

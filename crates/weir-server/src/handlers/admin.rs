@@ -23,7 +23,7 @@ use weir_protocol::error_code;
 
 use super::{control_error_code, text, topic_id, topic_name, uuid};
 use crate::broker::Broker;
-use crate::dispatch::RequestContext;
+use crate::dispatch::{Caller, RequestContext};
 
 /// Source code for a config set on the topic (DescribeConfigs / CreateTopics v5+).
 pub(crate) const SOURCE_TOPIC: i8 = 1;
@@ -275,6 +275,7 @@ pub(crate) fn describe_cluster(
 pub(crate) async fn init_producer_id(
     broker: Arc<Broker>,
     context: RequestContext,
+    caller: Caller,
     request: InitProducerIdRequest,
 ) -> Option<Bytes> {
     let base = InitProducerIdResponse::default()
@@ -285,9 +286,29 @@ pub(crate) async fn init_producer_id(
     }
     let existing =
         (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+    // A bump of a known id adds no state; a new (or expired) id is admitted first.
+    let (known, live_ids) = broker.control.read(|state| {
+        (
+            existing.is_some_and(|(id, _)| state.producer_epochs.contains_key(&id)),
+            state.producer_epochs.len(),
+        )
+    });
+    if !known {
+        if let Err(throttle_ms) =
+            broker
+                .producer_admission
+                .admit(&caller.client_id, broker.clock.now_ms(), live_ids)
+        {
+            return context.encode(
+                &base
+                    .with_error_code(error_code::THROTTLING_QUOTA_EXCEEDED)
+                    .with_throttle_time_ms(throttle_ms),
+            );
+        }
+    }
     let response = match broker
         .control
-        .submit(Entry::InitProducerId { existing })
+        .submit(Entry::init_producer_id(existing, broker.clock.now_ms()))
         .await
     {
         Ok(EntryResult::InitProducerId(Ok((producer_id, epoch)))) => base

@@ -101,6 +101,7 @@ async fn commit_codes(
     let entry = Entry::CommitOffsets {
         group: group_id,
         offsets: offsets.to_vec(),
+        at_ms: broker.clock.now_ms(),
     };
     let reservation = match broker.control.reserve().await {
         Ok(reservation) => reservation,

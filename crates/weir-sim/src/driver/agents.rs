@@ -191,10 +191,7 @@ impl World {
         let control = self.incarnations[incarnation].control.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let result = match control
-                .submit(Entry::InitProducerId { existing: None })
-                .await
-            {
+            let result = match control.submit(Entry::init_producer_id(None, 0)).await {
                 Ok(EntryResult::InitProducerId(Ok(pair))) => Ok(pair),
                 Ok(other) => Err(format!("{other:?}")),
                 Err(err) => Err(err.to_string()),
