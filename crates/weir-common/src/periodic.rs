@@ -38,7 +38,10 @@ mod tests {
     async fn test_next_pass_ticks_until_stopped() {
         let (stop_tx, mut stop) = watch::channel(false);
         let mut ticks = pass_interval(Duration::from_secs(5));
-        assert!(next_pass(&mut ticks, &mut stop).await, "the first tick is immediate");
+        assert!(
+            next_pass(&mut ticks, &mut stop).await,
+            "the first tick is immediate"
+        );
         assert!(next_pass(&mut ticks, &mut stop).await);
         let waiting = tokio::spawn(async move { next_pass(&mut ticks, &mut stop).await });
         tokio::task::yield_now().await;

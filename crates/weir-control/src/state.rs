@@ -410,7 +410,20 @@ impl State {
                 batch.topic_id.to_string(),
             ));
         };
-        let producer_epoch_known = self.producer_epochs.get(&batch.producer_id).copied();
+        // An id this state allocated but expired comes back when its client restarts it at
+        // sequence 0 (librdkafka bumps the epoch locally on UNKNOWN_PRODUCER_ID, KIP-360). Any
+        // later sequence of an expired id stays refused: it may be a retry of a batch whose
+        // state is gone. Before expiry existed no allocated id was ever unknown, so old logs
+        // replay unchanged.
+        let revived = batch.producer_id >= 0
+            && batch.producer_id < self.next_producer_id
+            && batch.base_sequence == 0
+            && !self.producer_epochs.contains_key(&batch.producer_id);
+        let producer_epoch_known = if revived {
+            Some(batch.producer_epoch)
+        } else {
+            self.producer_epochs.get(&batch.producer_id).copied()
+        };
         let next_producer_id = self.next_producer_id;
         let Some(topic) = self.topics.get_mut(name) else {
             return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(name.clone()));
@@ -468,6 +481,10 @@ impl State {
         let log_start_offset = partition.log_start_offset;
         if batch.producer_id >= 0 {
             record_sequence(partition, batch, base_offset);
+            if revived {
+                self.producer_epochs
+                    .insert(batch.producer_id, batch.producer_epoch);
+            }
             self.producer_active(batch.producer_id, file_id.unix_ms());
         }
         BatchOutcome::Appended {

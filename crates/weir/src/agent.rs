@@ -97,6 +97,14 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     } else {
         config.storage.fault_seed
     };
+    if config.produce.producer_id_expiration < std::time::Duration::from_secs(600) {
+        tracing::warn!(
+            producer_id_expiration = ?config.produce.producer_id_expiration,
+            "produce.producer_id_expiration is below 10 minutes: a producer retrying a batch \
+             for longer (delivery.timeout.ms) may find its state gone and get \
+             UNKNOWN_PRODUCER_ID; keep it above the clients' delivery timeout"
+        );
+    }
     let buckets = Buckets::open(&config, fault_seed)?;
     let pending = buckets.verify().await?;
     let verifying = pending.map(|p| p.spawn());

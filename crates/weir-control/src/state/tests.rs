@@ -656,24 +656,32 @@ fn test_state_producers_expire_by_inactivity_on_every_partition_at_once() {
     // The live producer keeps its sequence on the partition it wrote.
     let next = commit_at(&mut state, 9_500, 4, batch(1, 1, (busy, 0, 2)));
     assert!(matches!(next, BatchOutcome::Appended { .. }), "{next:?}");
-    // The expired producer's batches are refused, whatever their sequence.
-    for sequence in [0, 1] {
-        let refused = commit_at(
-            &mut state,
-            9_600,
-            5 + sequence as u128,
-            batch(0, 1, (idle, 0, sequence)),
-        );
-        assert_eq!(
-            refused,
-            BatchOutcome::Rejected(ControlError::UnknownProducerId(idle))
-        );
-    }
-    // Its epoch bump (KIP-360) gets a fresh id that starts at sequence 0 everywhere.
+    // A retry of the expired producer (a sequence past 0) is refused: its state is gone.
+    let refused = commit_at(&mut state, 9_600, 5, batch(0, 1, (idle, 0, 1)));
+    assert_eq!(
+        refused,
+        BatchOutcome::Rejected(ControlError::UnknownProducerId(idle))
+    );
+    // Its InitProducerId epoch bump (Java, kafka-python) gets a fresh id.
     let (fresh, epoch) = init_pid(&mut state, Some((idle, 0)), 9_700);
     assert!(fresh > busy && epoch == 0);
     let restarted = commit_at(&mut state, 9_800, 8, batch(0, 1, (fresh, 0, 0)));
     assert!(matches!(restarted, BatchOutcome::Appended { .. }));
+    // librdkafka bumps the epoch locally and restarts at sequence 0: the id comes back.
+    let local_bump = commit_at(&mut state, 9_900, 9, batch(0, 1, (idle, 1, 0)));
+    assert!(
+        matches!(local_bump, BatchOutcome::Appended { .. }),
+        "{local_bump:?}"
+    );
+    assert_eq!(state.producer_epochs[&idle], 1);
+    let next = commit_at(&mut state, 9_950, 10, batch(0, 1, (idle, 1, 1)));
+    assert!(matches!(next, BatchOutcome::Appended { .. }), "{next:?}");
+    // An id this state never allocated is refused even at sequence 0.
+    let stranger = commit_at(&mut state, 9_990, 11, batch(0, 1, (10_000, 0, 0)));
+    assert_eq!(
+        stranger,
+        BatchOutcome::Rejected(ControlError::UnknownProducerId(10_000))
+    );
 }
 
 #[test]

@@ -299,6 +299,11 @@ pub(crate) async fn init_producer_id(
                 .producer_admission
                 .admit(&caller.client_id, broker.clock.now_ms(), live_ids)
         {
+            tracing::debug!(
+                client_id = %caller.client_id,
+                throttle_ms,
+                "InitProducerId throttled"
+            );
             return context.encode(
                 &base
                     .with_error_code(error_code::THROTTLING_QUOTA_EXCEEDED)
