@@ -6,7 +6,14 @@
 //!   writes, and its first record is `Entry::NewEpoch`.
 //! * Replay reads slots in order until the first missing one; a record whose epoch is lower than
 //!   an epoch already seen is dead (written by a deposed writer after the takeover) and skipped.
-//! * Snapshots `meta/snapshot/{s:020}` hold the state after slot `s`.
+//! * Snapshots `meta/snapshot/{s:020}` hold the state after slot `s` ([`snapshot`]).
+//! * Log GC deletes what the two newest snapshots make unnecessary, except the fence slots
+//!   ([`gc`], RFC 0003 §7). Recovery therefore never lists or reads the log below a snapshot.
+
+mod gc;
+mod snapshot;
+
+pub use gc::{FenceSlots, GcReport, KEPT_EPOCHS};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +25,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use weir_common::{Backoff, Clock, SystemClock};
-use weir_format::{decode_envelope, encode_envelope, EnvelopeKind};
+use weir_format::{decode_envelope, encode_envelope, EnvelopeKind, FormatError};
 use weir_storage::keys;
 
 use crate::entry::Entry;
@@ -44,6 +51,13 @@ pub enum LogError {
     },
     #[error("epoch {0} was claimed by another control plane")]
     EpochTaken(u64),
+    /// An object too large for its envelope (a snapshot of a state past 4 GiB).
+    #[error("cannot encode {key}: {source}")]
+    Encode {
+        key: String,
+        #[source]
+        source: FormatError,
+    },
     /// A log slot that does not decode. Replay cannot skip it (the slots after it may depend on
     /// it), so recovery stops and the operator decides.
     #[error(
@@ -86,17 +100,6 @@ impl LogRecord {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct SnapshotBody {
-    state: State,
-}
-
-/// The serialising twin of [`SnapshotBody`], borrowing the state instead of cloning it.
-#[derive(Debug, Serialize)]
-struct SnapshotRef<'a> {
-    state: &'a State,
-}
-
 #[derive(Debug, Serialize, Deserialize)]
 struct EpochBody {
     address: String,
@@ -127,6 +130,8 @@ pub struct Replayed {
     /// The highest writer epoch among live records (and the snapshot): a recovering writer
     /// whose claimed epoch is lower has been overtaken and must not write.
     pub log_epoch: u64,
+    /// The snapshot's fence slots and those of the live `NewEpoch` records replayed after it.
+    pub fence: FenceSlots,
 }
 
 /// The result of recovery: the durable state and where the new writer continues.
@@ -138,6 +143,8 @@ pub struct Recovered {
     pub next_seq: u64,
     /// Slots recovery wrote (the NewEpoch record and hole fillers).
     pub slots_written: u64,
+    /// The slots log GC must keep, this writer's `NewEpoch` included.
+    pub fence: FenceSlots,
 }
 
 impl LogStore {
@@ -157,13 +164,9 @@ impl LogStore {
 
     pub fn encode_record(epoch: u64, seq: u64, record: &LogRecord) -> Bytes {
         let payload = serde_json::to_vec(record).expect("log records always serialise");
+        // At most `max_entries_per_slot` entries of bounded size: far below the 4 GiB limit.
         encode_envelope(EnvelopeKind::LogEntry, epoch, seq, &payload)
-    }
-
-    pub fn encode_snapshot(epoch: u64, seq: u64, state: &State) -> Bytes {
-        let body = SnapshotRef { state };
-        let payload = serde_json::to_vec(&body).expect("state always serialises");
-        encode_envelope(EnvelopeKind::Snapshot, epoch, seq, &payload)
+            .expect("a log record fits an envelope")
     }
 
     /// Writes slot `seq` create-only. An `AlreadyExists` holding our exact bytes (an earlier
@@ -221,17 +224,6 @@ impl LogStore {
         }
     }
 
-    pub async fn write_snapshot(&self, seq: u64, bytes: Bytes) -> Result<(), LogError> {
-        let key = keys::meta_snapshot(seq);
-        match self.store.put(&key, PutPayload::from(bytes)).await {
-            Ok(_) => Ok(()),
-            Err(source) => Err(LogError::Store {
-                key: key.to_string(),
-                source,
-            }),
-        }
-    }
-
     async fn get(&self, key: &Path) -> Result<Option<Bytes>, LogError> {
         match self.store.get(key).await {
             Ok(result) => result
@@ -251,15 +243,27 @@ impl LogStore {
     }
 
     async fn list_seqs(&self, prefix: &Path) -> Result<Vec<u64>, LogError> {
-        let metas: Vec<_> =
-            self.store
-                .list(Some(prefix))
-                .try_collect()
-                .await
-                .map_err(|source| LogError::Store {
-                    key: prefix.to_string(),
-                    source,
-                })?;
+        self.list_seqs_after(prefix, None).await
+    }
+
+    /// The sequence numbers under `prefix`, ascending; with `after`, only keys past that one
+    /// (`list_with_offset`: the store skips the keys before it, S3 without listing them).
+    async fn list_seqs_after(
+        &self,
+        prefix: &Path,
+        after: Option<&Path>,
+    ) -> Result<Vec<u64>, LogError> {
+        let listing = match after {
+            Some(offset) => self.store.list_with_offset(Some(prefix), offset),
+            None => self.store.list(Some(prefix)),
+        };
+        let metas: Vec<_> = listing
+            .try_collect()
+            .await
+            .map_err(|source| LogError::Store {
+                key: prefix.to_string(),
+                source,
+            })?;
         let mut seqs: Vec<u64> = metas
             .iter()
             .filter_map(|meta| keys::parse_seq_key(&meta.location))
@@ -328,64 +332,36 @@ impl LogStore {
             address: address.to_string(),
         })
         .expect("epoch body serialises");
-        let bytes = encode_envelope(EnvelopeKind::Epoch, epoch, epoch, &body);
+        let bytes = encode_envelope(EnvelopeKind::Epoch, epoch, epoch, &body)
+            .expect("an epoch object fits an envelope");
         match self.create(&keys::meta_epoch(epoch), bytes).await? {
             None => Ok(epoch),
             Some(_) => Err(LogError::EpochTaken(epoch)),
         }
     }
 
-    async fn load_snapshot(&self) -> Result<Option<(u64, State)>, LogError> {
-        for seq in self
-            .list_seqs(&keys::meta_snapshot_prefix())
-            .await?
-            .into_iter()
-            .rev()
-        {
-            let key = keys::meta_snapshot(seq);
-            let Some(bytes) = self.get(&key).await? else {
-                continue;
-            };
-            let decoded = decode_envelope(&bytes)
-                .map_err(|err| err.to_string())
-                .and_then(|env| {
-                    if env.kind != EnvelopeKind::Snapshot || env.seq != seq {
-                        return Err(format!(
-                            "envelope says {:?} of slot {}, key says snapshot of slot {seq}",
-                            env.kind, env.seq
-                        ));
-                    }
-                    serde_json::from_slice::<SnapshotBody>(env.payload)
-                        .map_err(|err| err.to_string())
-                });
-            match decoded {
-                Ok(body) => return Ok(Some((seq, body.state))),
-                Err(reason) => warn!(
-                    key = %key,
-                    %reason,
-                    "skipping unreadable snapshot, falling back to an older one or the log"
-                ),
-            }
-        }
-        Ok(None)
-    }
-
     /// Reads the durable state without writing anything: the newest readable snapshot, then the
     /// contiguous log after it, skipping dead slots. Recovery uses it after claiming an epoch;
     /// the simulator's auditor uses it to see exactly what a recovering writer would see.
     pub async fn replay(&self) -> Result<Replayed, LogError> {
-        let (snapshot_seq, mut state) = match self.load_snapshot().await? {
-            Some((seq, state)) => (Some(seq), state),
-            None => (None, State::default()),
+        let (snapshot_seq, mut state, mut fence) = match self.load_snapshot().await? {
+            Some((seq, state, fence)) => (Some(seq), state, fence),
+            None => (None, State::default(), FenceSlots::default()),
         };
         state.rebuild_indexes();
+        // From the snapshot on, by GETs of consecutive slots: nothing lists or reads the log
+        // below it (log GC may have collected it).
         let mut seq = snapshot_seq.map_or(0, |s| s + 1);
+        fence.replaying_from(seq);
         let mut log_epoch = state.epoch;
         let mut replayed = 0u64;
         let mut dead = 0u64;
         while let Some((record_epoch, record)) = self.read_record(seq).await? {
             if record_epoch >= log_epoch {
                 log_epoch = record_epoch;
+                if gc::opens_epoch(&record.entries) {
+                    fence.record(seq);
+                }
                 for entry in &record.entries {
                     state.apply(entry);
                 }
@@ -403,6 +379,7 @@ impl LogStore {
             dead,
             gap: seq,
             log_epoch,
+            fence,
         })
     }
 
@@ -430,6 +407,7 @@ impl LogStore {
             replayed,
             gap,
             log_epoch,
+            mut fence,
             ..
         } = self.replay().await?;
         if log_epoch > epoch {
@@ -453,6 +431,8 @@ impl LogStore {
         let record = LogRecord::new(vec![new_epoch]);
         self.write_slot(gap, epoch, Self::encode_record(epoch, gap, &record))
             .await?;
+        self.check_not_collected(gap, epoch).await?;
+        fence.record(gap);
         let next_seq = self.fill_dead_slots(gap, epoch).await?;
         info!(
             epoch,
@@ -467,13 +447,17 @@ impl LogStore {
             epoch,
             next_seq,
             slots_written: next_seq - gap,
+            fence,
         })
     }
 
     /// Fills holes among dead slots a deposed writer may have left past `gap`, so replay never
-    /// stops before the new writer's records. Returns the first free slot.
+    /// stops before the new writer's records. Returns the first free slot. Lists only the keys
+    /// past `gap`, not the log before it.
     async fn fill_dead_slots(&self, gap: u64, epoch: u64) -> Result<u64, LogError> {
-        let existing = self.list_seqs(&keys::meta_log_prefix()).await?;
+        let existing = self
+            .list_seqs_after(&keys::meta_log_prefix(), Some(&keys::meta_log(gap)))
+            .await?;
         let last_dead = existing
             .iter()
             .copied()

@@ -24,9 +24,13 @@ use tracing::{error, info, warn};
 use weir_common::{Backoff, Clock, SystemClock, TopicId};
 
 use crate::entry::{Entry, EntryResult};
-use crate::log::{LogError, LogRecord, LogStore, Recovered};
+use crate::log::{FenceSlots, LogError, LogRecord, LogStore, Recovered};
 use crate::state::State;
 use crate::ControlError;
+
+mod snapshot;
+
+use snapshot::{SnapshotJob, SnapshotTrigger};
 
 /// Tuning of the metadata log writer.
 #[derive(Debug, Clone)]
@@ -35,8 +39,18 @@ pub struct ControlPlaneSettings {
     pub max_inflight_writes: usize,
     /// Entries group-committed into one slot at most.
     pub max_entries_per_slot: usize,
-    /// A snapshot is written every this many slots (and on clean shutdown).
+    /// `control.snapshot_max_slots` (alias `snapshot_every_slots`): a snapshot after this many
+    /// slots since the last. Snapshots bound replay after a crash; each also triggers log GC.
     pub snapshot_every_slots: u64,
+    /// A snapshot after this many bytes of slot payload since the last.
+    pub snapshot_max_log_bytes: u64,
+    /// A snapshot when the first slot durable this long after the last snapshot (a quiet log
+    /// still gets snapshots, so its replay and its objects stay bounded).
+    pub snapshot_max_interval: Duration,
+    /// Delete what snapshots make unnecessary (RFC 0003 §7). The agent turns it on
+    /// (`control.log_gc`); off by default for embedders that read the log from slot 0, like
+    /// the simulator's independent replay.
+    pub log_gc: bool,
     /// Attempts per log write before the writer gives up and re-recovers.
     pub write_attempts: u32,
     /// Advertised address recorded in the epoch object.
@@ -54,7 +68,10 @@ impl Default for ControlPlaneSettings {
         Self {
             max_inflight_writes: 4,
             max_entries_per_slot: 4096,
-            snapshot_every_slots: 1000,
+            snapshot_every_slots: 10_000,
+            snapshot_max_log_bytes: 256 << 20,
+            snapshot_max_interval: Duration::from_secs(600),
+            log_gc: false,
             write_attempts: 5,
             address: String::new(),
             encode_snapshots_inline: false,
@@ -117,6 +134,8 @@ impl ControlPlane {
             durable_tx,
             available_tx,
             cluster_id,
+            fence: FenceSlots::default(),
+            snapshots: SnapshotTrigger::new(),
         };
         let position = writer.install(recovered);
         tokio::spawn(writer.run(commands_rx, position));
@@ -283,6 +302,8 @@ struct PendingSlot {
     seq: u64,
     /// The slot's entries, applied to the readable state once it is durable.
     entries: Vec<Entry>,
+    /// The slot's size, counted towards `snapshot_max_log_bytes`.
+    bytes: u64,
     waiters: Vec<(
         oneshot::Sender<Result<EntryResult, ControlError>>,
         EntryResult,
@@ -299,6 +320,9 @@ struct Writer {
     durable_tx: watch::Sender<u64>,
     available_tx: watch::Sender<bool>,
     cluster_id: String,
+    /// The slots log GC must keep: recovery's fence (only recovery writes `NewEpoch`).
+    fence: FenceSlots,
+    snapshots: SnapshotTrigger,
 }
 
 struct WriterPosition {
@@ -313,6 +337,8 @@ impl Writer {
             next_seq: recovered.next_seq,
         };
         self.working = recovered.state.clone();
+        self.fence = recovered.fence;
+        self.snapshots.restart();
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
         self.available_tx.send_replace(true);
@@ -464,6 +490,7 @@ impl Writer {
         let slot = PendingSlot {
             seq,
             entries: record.entries,
+            bytes: bytes.len() as u64,
             waiters,
         };
         (slot, bytes)
@@ -471,8 +498,9 @@ impl Writer {
 
     /// A slot is durable: apply it to the readable state (its high watermarks become stable)
     /// and answer its callers.
-    fn complete(&self, slot: PendingSlot, epoch: u64) {
+    fn complete(&mut self, slot: PendingSlot, epoch: u64) {
         weir_common::failpoint::hit(weir_common::failpoint::AFTER_LOG_WRITE_BEFORE_PUBLISH);
+        let claim = self.snapshots.slot_durable(slot.bytes, &self.settings);
         let snapshot = {
             let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
             for (entry, (_, sealed)) in slot.entries.iter().zip(&slot.waiters) {
@@ -484,43 +512,39 @@ impl Writer {
             }
             // The state after this slot, snapshotted once the slot is durable. Cloned under
             // the lock (a memory copy); serialised and written off the writer task.
-            (slot.seq % self.settings.snapshot_every_slots.max(1) == 0)
-                .then(|| Box::new(state.clone()))
+            claim.map(|claim| (claim, Box::new(state.clone())))
         };
         self.durable_tx.send_replace(slot.seq);
         for (reply, result) in slot.waiters {
             let _ = reply.send(Ok(result));
         }
-        if let Some(snapshot) = snapshot {
-            let log = self.log.clone();
-            let seq = slot.seq;
-            let inline = self.settings.encode_snapshots_inline;
-            tokio::spawn(async move {
-                let bytes = if inline {
-                    LogStore::encode_snapshot(epoch, seq, &snapshot)
-                } else {
-                    let encoded = tokio::task::spawn_blocking(move || {
-                        LogStore::encode_snapshot(epoch, seq, &snapshot)
-                    })
-                    .await;
-                    let Ok(bytes) = encoded else {
-                        warn!(seq, "snapshot encoding failed");
-                        return;
-                    };
-                    bytes
-                };
-                if let Err(err) = log.write_snapshot(seq, bytes).await {
-                    warn!(seq, epoch, error = %err, "snapshot write failed");
-                }
-            });
+        if let Some((claim, state)) = snapshot {
+            let job = SnapshotJob {
+                log: self.log.clone(),
+                epoch,
+                seq: slot.seq,
+                state,
+                fence: self.fence.clone(),
+                inline: self.settings.encode_snapshots_inline,
+                log_gc: self.settings.log_gc,
+                claim,
+            };
+            tokio::spawn(job.run());
         }
     }
 
     async fn final_snapshot(&self, position: &WriterPosition) {
         let seq = position.next_seq - 1;
-        let bytes = {
+        let encoded = {
             let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            LogStore::encode_snapshot(position.epoch, seq, &state)
+            LogStore::encode_snapshot(position.epoch, seq, &state, &self.fence)
+        };
+        let bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                error!(seq, error = %err, "shutdown snapshot skipped");
+                return;
+            }
         };
         match self.log.write_snapshot(seq, bytes).await {
             Ok(()) => info!(seq, "wrote shutdown snapshot"),

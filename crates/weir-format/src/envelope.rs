@@ -53,11 +53,16 @@ pub struct Envelope<'a> {
 
 /// Frames `payload` as one metadata object.
 ///
-/// # Panics
-///
-/// If `payload` is 4 GiB or longer (its length must fit the u32 field).
-pub fn encode_envelope(kind: EnvelopeKind, epoch: u64, seq: u64, payload: &[u8]) -> Bytes {
-    let payload_len = u32::try_from(payload.len()).expect("envelope payload must be under 4 GiB");
+/// A payload of 4 GiB or more does not fit the u32 length field: that is
+/// [`FormatError::EnvelopeTooLarge`], an error the caller survives (a snapshot of a huge state
+/// is skipped), not a panic of the control plane.
+pub fn encode_envelope(
+    kind: EnvelopeKind,
+    epoch: u64,
+    seq: u64,
+    payload: &[u8],
+) -> Result<Bytes, FormatError> {
+    let payload_len = envelope_payload_len(payload.len())?;
     let mut buf = BytesMut::with_capacity(ENVELOPE_OVERHEAD + payload.len());
     buf.put_slice(&ENVELOPE_MAGIC);
     buf.put_u16(ENVELOPE_VERSION);
@@ -68,7 +73,12 @@ pub fn encode_envelope(kind: EnvelopeKind, epoch: u64, seq: u64, payload: &[u8])
     buf.put_slice(payload);
     let crc = crc32c::crc32c(&buf);
     buf.put_u32(crc);
-    buf.freeze()
+    Ok(buf.freeze())
+}
+
+/// The u32 length field for a payload of `len` bytes.
+fn envelope_payload_len(len: usize) -> Result<u32, FormatError> {
+    u32::try_from(len).map_err(|_| FormatError::EnvelopeTooLarge { len: len as u64 })
 }
 
 /// Decodes one envelope that must span all of `buf`.
@@ -125,7 +135,7 @@ mod tests {
 
     #[test]
     fn test_envelope_round_trip() {
-        let encoded = encode_envelope(EnvelopeKind::Snapshot, 7, 42, b"{\"a\":1}");
+        let encoded = encode_envelope(EnvelopeKind::Snapshot, 7, 42, b"{\"a\":1}").unwrap();
         assert_eq!(encoded.len(), ENVELOPE_OVERHEAD + 7);
         let decoded = decode_envelope(&encoded).unwrap();
         assert_eq!(
@@ -141,7 +151,9 @@ mod tests {
 
     #[test]
     fn test_envelope_rejects_bad_magic() {
-        let mut encoded = encode_envelope(EnvelopeKind::LogEntry, 1, 2, b"x").to_vec();
+        let mut encoded = encode_envelope(EnvelopeKind::LogEntry, 1, 2, b"x")
+            .unwrap()
+            .to_vec();
         encoded[0] = b'X';
         assert!(matches!(
             decode_envelope(&encoded),
@@ -151,7 +163,9 @@ mod tests {
 
     #[test]
     fn test_envelope_rejects_corruption() {
-        let mut encoded = encode_envelope(EnvelopeKind::LogEntry, 1, 2, b"payload").to_vec();
+        let mut encoded = encode_envelope(EnvelopeKind::LogEntry, 1, 2, b"payload")
+            .unwrap()
+            .to_vec();
         encoded[ENVELOPE_HEADER_LEN + 1] ^= 0x01;
         assert!(matches!(
             decode_envelope(&encoded),
@@ -161,7 +175,9 @@ mod tests {
 
     #[test]
     fn test_envelope_rejects_trailing_and_truncated() {
-        let encoded = encode_envelope(EnvelopeKind::Epoch, 1, 2, b"payload").to_vec();
+        let encoded = encode_envelope(EnvelopeKind::Epoch, 1, 2, b"payload")
+            .unwrap()
+            .to_vec();
         let mut longer = encoded.clone();
         longer.push(0);
         assert!(matches!(
@@ -178,20 +194,36 @@ mod tests {
 
     #[test]
     fn test_envelope_rejects_unknown_kind_and_version() {
-        let mut encoded = encode_envelope(EnvelopeKind::Epoch, 1, 2, b"p").to_vec();
+        let mut encoded = encode_envelope(EnvelopeKind::Epoch, 1, 2, b"p")
+            .unwrap()
+            .to_vec();
         encoded[6] = 9;
         refresh_crc(&mut encoded);
         assert_eq!(
             decode_envelope(&encoded),
             Err(FormatError::UnknownEnvelopeKind(9))
         );
-        let mut encoded = encode_envelope(EnvelopeKind::Epoch, 1, 2, b"p").to_vec();
+        let mut encoded = encode_envelope(EnvelopeKind::Epoch, 1, 2, b"p")
+            .unwrap()
+            .to_vec();
         encoded[5] = 2;
         refresh_crc(&mut encoded);
         assert!(matches!(
             decode_envelope(&encoded),
             Err(FormatError::UnsupportedVersion { found: 2, .. })
         ));
+    }
+
+    #[test]
+    fn test_envelope_length_over_u32_is_an_error() {
+        // A 4 GiB payload cannot be allocated in a test; the length check is what decides.
+        assert_eq!(envelope_payload_len(u32::MAX as usize), Ok(u32::MAX));
+        assert_eq!(
+            envelope_payload_len(u32::MAX as usize + 1),
+            Err(FormatError::EnvelopeTooLarge {
+                len: u64::from(u32::MAX) + 1
+            })
+        );
     }
 
     fn refresh_crc(encoded: &mut [u8]) {
@@ -216,7 +248,7 @@ mod tests {
             seq in any::<u64>(),
             payload in proptest::collection::vec(any::<u8>(), 0..256),
         ) {
-            let encoded = encode_envelope(kind, epoch, seq, &payload);
+            let encoded = encode_envelope(kind, epoch, seq, &payload).unwrap();
             let decoded = decode_envelope(&encoded).unwrap();
             prop_assert_eq!(decoded, Envelope { kind, epoch, seq, payload: &payload });
         }
@@ -232,7 +264,7 @@ mod tests {
             flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
             fix_crc in any::<bool>(),
         ) {
-            let mut encoded = encode_envelope(EnvelopeKind::LogEntry, 3, 4, &payload).to_vec();
+            let mut encoded = encode_envelope(EnvelopeKind::LogEntry, 3, 4, &payload).unwrap().to_vec();
             for (index, value) in flips {
                 let position = index.index(encoded.len());
                 encoded[position] = value;

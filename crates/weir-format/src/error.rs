@@ -59,4 +59,7 @@ pub enum FormatError {
     /// An envelope kind byte this build does not know.
     #[error("unknown envelope kind {0}")]
     UnknownEnvelopeKind(u8),
+    /// Encoding only: a metadata payload too long for the envelope's u32 length field.
+    #[error("envelope payload of {len} bytes exceeds the 4 GiB limit")]
+    EnvelopeTooLarge { len: u64 },
 }

@@ -308,9 +308,12 @@ async fn test_log_replay_starts_from_the_newest_snapshot() {
             .await
             .unwrap();
         if seq == 3 {
-            log.write_snapshot(3, LogStore::encode_snapshot(1, 3, &state))
-                .await
-                .unwrap();
+            log.write_snapshot(
+                3,
+                LogStore::encode_snapshot(1, 3, &state, &FenceSlots::default()).unwrap(),
+            )
+            .await
+            .unwrap();
         }
     }
     for seq in 0..=3u64 {
@@ -352,15 +355,18 @@ async fn test_log_replay_falls_back_past_an_unusable_newest_snapshot() {
             .await
             .unwrap();
         if seq == 1 {
-            log.write_snapshot(1, LogStore::encode_snapshot(1, 1, &state))
-                .await
-                .unwrap();
+            log.write_snapshot(
+                1,
+                LogStore::encode_snapshot(1, 1, &state, &FenceSlots::default()).unwrap(),
+            )
+            .await
+            .unwrap();
         }
     }
     let newest_versions = [
         Bytes::from_static(b"not a snapshot"),
         // A valid snapshot envelope of another slot stored under key 3.
-        LogStore::encode_snapshot(1, 2, &state),
+        LogStore::encode_snapshot(1, 2, &state, &FenceSlots::default()).unwrap(),
         // A log record stored under a snapshot key.
         record_bytes(1, 3, vec![]),
     ];
@@ -421,7 +427,7 @@ async fn test_log_record_versions_old_current_and_newer() {
     let current = serde_json::to_vec(&LogRecord::new(vec![create("kept", 1)])).unwrap();
     assert!(String::from_utf8_lossy(&current).contains(r#""v":2"#));
     for (seq, payload) in [(1, &unversioned[..]), (2, &current[..])] {
-        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, seq, payload);
+        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, seq, payload).unwrap();
         log.write_slot(seq, 1, bytes).await.unwrap();
     }
     let replayed = LogStore::new(store.clone(), 1).replay().await.unwrap();
@@ -431,7 +437,7 @@ async fn test_log_record_versions_old_current_and_newer() {
         br#"{"v":3,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
     ];
     for payload in newer {
-        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 3, &payload);
+        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 3, &payload).unwrap();
         store
             .put(&keys::meta_log(3), PutPayload::from(bytes))
             .await

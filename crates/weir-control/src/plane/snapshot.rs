@@ -1,0 +1,136 @@
+//! When the writer snapshots (RFC 0003 §8 "Triggers") and the background job that writes a
+//! snapshot and then runs log GC (RFC 0003 §7).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::{error, warn};
+
+use super::ControlPlaneSettings;
+use crate::log::{FenceSlots, LogStore};
+use crate::state::State;
+
+/// Slots and slot payload bytes since the last snapshot, and when it was taken.
+#[derive(Debug)]
+pub(super) struct SnapshotTrigger {
+    slots: u64,
+    bytes: u64,
+    since: Instant,
+    /// Set while a snapshot job runs: at most one at a time, so a slow store cannot pile up
+    /// snapshot copies of the state in memory.
+    busy: Arc<AtomicBool>,
+}
+
+impl SnapshotTrigger {
+    pub(super) fn new() -> Self {
+        Self {
+            slots: 0,
+            bytes: 0,
+            since: Instant::now(),
+            busy: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Starts counting afresh: recovery installed a state (its replay bound starts over).
+    pub(super) fn restart(&mut self) {
+        self.slots = 0;
+        self.bytes = 0;
+        self.since = Instant::now();
+    }
+
+    /// Counts a durable slot of `payload_bytes`. Returns a claim on the snapshot slot when a
+    /// snapshot is due — `snapshot_every_slots` (`control.snapshot_max_slots`) slots or
+    /// `snapshot_max_log_bytes` since the last, or `snapshot_max_interval` with this slot
+    /// since — and no other snapshot is running. A due snapshot that finds one running is
+    /// taken at a later slot (the counts keep growing).
+    pub(super) fn slot_durable(
+        &mut self,
+        payload_bytes: u64,
+        settings: &ControlPlaneSettings,
+    ) -> Option<SnapshotClaim> {
+        self.slots += 1;
+        self.bytes = self.bytes.saturating_add(payload_bytes);
+        let due = self.slots >= settings.snapshot_every_slots.max(1)
+            || self.bytes >= settings.snapshot_max_log_bytes.max(1)
+            || self.since.elapsed() >= settings.snapshot_max_interval;
+        if !due || self.busy.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        self.restart();
+        Some(SnapshotClaim(self.busy.clone()))
+    }
+}
+
+/// The one snapshot job allowed to run; dropping it (done, failed or panicked) frees the slot.
+#[derive(Debug)]
+pub(super) struct SnapshotClaim(Arc<AtomicBool>);
+
+impl Drop for SnapshotClaim {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// A snapshot of the readable state after durable slot `seq`, to write and then collect by.
+pub(super) struct SnapshotJob {
+    pub(super) log: LogStore,
+    pub(super) epoch: u64,
+    pub(super) seq: u64,
+    pub(super) state: Box<State>,
+    pub(super) fence: FenceSlots,
+    pub(super) inline: bool,
+    pub(super) log_gc: bool,
+    pub(super) claim: SnapshotClaim,
+}
+
+impl SnapshotJob {
+    /// Encodes (on a blocking thread unless `inline`), writes, then runs log GC. Failures are
+    /// logged and the writer keeps serving: the log stays complete, only replay gets longer.
+    pub(super) async fn run(self) {
+        let SnapshotJob {
+            log,
+            epoch,
+            seq,
+            state,
+            fence,
+            inline,
+            log_gc,
+            claim,
+        } = self;
+        let encoded = if inline {
+            LogStore::encode_snapshot(epoch, seq, &state, &fence)
+        } else {
+            let fence = fence.clone();
+            match tokio::task::spawn_blocking(move || {
+                LogStore::encode_snapshot(epoch, seq, &state, &fence)
+            })
+            .await
+            {
+                Ok(encoded) => encoded,
+                Err(err) => {
+                    warn!(seq, error = %err, "snapshot encoding failed");
+                    return;
+                }
+            }
+        };
+        let bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                error!(seq, error = %err, "snapshot skipped: the state does not fit one object");
+                return;
+            }
+        };
+        if let Err(err) = log.write_snapshot(seq, bytes).await {
+            warn!(seq, epoch, error = %err, "snapshot write failed");
+            return;
+        }
+        if log_gc {
+            // A failure leaves garbage for the next snapshot's GC to delete.
+            if let Err(err) = log.collect_garbage(seq, &fence).await {
+                warn!(seq, error = %err, "metadata log GC failed");
+            }
+        }
+        drop(claim);
+    }
+}
