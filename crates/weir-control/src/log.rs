@@ -12,6 +12,8 @@
 
 mod gc;
 mod snapshot;
+#[cfg(test)]
+pub(crate) mod test_store;
 
 pub use gc::{FenceSlots, GcReport, KEPT_EPOCHS};
 

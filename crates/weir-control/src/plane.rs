@@ -582,4 +582,6 @@ fn fail_all(first: PendingSlot, rest: &mut VecDeque<PendingSlot>, err: &LogError
 }
 
 #[cfg(test)]
+mod gc_tests;
+#[cfg(test)]
 mod tests;

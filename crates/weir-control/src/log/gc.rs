@@ -266,3 +266,6 @@ impl LogStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

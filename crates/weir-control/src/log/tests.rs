@@ -1,12 +1,12 @@
 use std::collections::BTreeMap;
 
 use object_store::memory::InMemory;
-use object_store::path::Path;
 use weir_common::TopicId;
 
+use super::test_store::HoldStore as RaceStore;
 use super::*;
 
-fn create(name: &str, id: u8) -> Entry {
+pub(super) fn create(name: &str, id: u8) -> Entry {
     let mut bytes = [0x40u8; 16];
     bytes[15] = id;
     Entry::CreateTopic {
@@ -79,118 +79,6 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
     assert_eq!(third.state.cluster_id, "cluster");
 }
 
-/// A store where another writer "races" us: just before our PUT of one key, its bytes land.
-/// It can also answer create-only PUTs of some keys with `AlreadyExists` without writing
-/// anything (`phantom`: key and how many times), as S3 does with `409
-/// ConditionalRequestConflict` while a racing write to the key is in progress.
-#[derive(Debug)]
-struct RaceStore {
-    inner: Arc<InMemory>,
-    race: std::sync::Mutex<Option<(Path, Bytes)>>,
-    phantom: std::sync::Mutex<BTreeMap<Path, u32>>,
-}
-
-impl RaceStore {
-    fn new(inner: Arc<InMemory>, race: Option<(Path, Bytes)>) -> RaceStore {
-        RaceStore {
-            inner,
-            race: std::sync::Mutex::new(race),
-            phantom: std::sync::Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    /// Create-only PUTs of `key` conflict `times` times without writing.
-    fn phantom_conflicts(self, key: Path, times: u32) -> RaceStore {
-        self.phantom.lock().unwrap().insert(key, times);
-        self
-    }
-}
-
-impl std::fmt::Display for RaceStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RaceStore")
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for RaceStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        if matches!(opts.mode, PutMode::Create) {
-            if let Some(left) = self.phantom.lock().unwrap().get_mut(location) {
-                if *left > 0 {
-                    *left -= 1;
-                    return Err(object_store::Error::AlreadyExists {
-                        path: location.to_string(),
-                        source: "409 ConditionalRequestConflict".into(),
-                    });
-                }
-            }
-        }
-        let raced = {
-            let mut race = self.race.lock().unwrap();
-            match race.as_ref() {
-                Some((key, _)) if key == location => race.take(),
-                _ => None,
-            }
-        };
-        if let Some((key, bytes)) = raced {
-            self.inner.put(&key, PutPayload::from(bytes)).await?;
-        }
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
 fn record_bytes(epoch: u64, seq: u64, entries: Vec<Entry>) -> Bytes {
     LogStore::encode_record(epoch, seq, &LogRecord::new(entries))
 }
@@ -240,7 +128,7 @@ async fn test_log_recover_fails_when_a_higher_epoch_wins_the_new_epoch_slot() {
         .put(&keys::meta_epoch(2), PutPayload::from_static(b"other"))
         .await
         .unwrap();
-    *race.race.lock().unwrap() = Some((keys::meta_log(0), record_bytes(2, 0, vec![new_epoch(2)])));
+    race.race(keys::meta_log(0), record_bytes(2, 0, vec![new_epoch(2)]));
     let store: Arc<dyn ObjectStore> = Arc::new(race);
     let log = LogStore::new(store.clone(), 1);
     let err = log.take_over(1, "cluster").await.unwrap_err();
