@@ -126,7 +126,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         metadata,
         ControlPlaneSettings {
             max_inflight_writes: config.control.max_inflight_writes.max(1),
-            snapshot_every_slots: config.control.snapshot_every_slots.max(1),
+            snapshot_every_slots: config.control.snapshot_max_slots.max(1),
+            snapshot_max_log_bytes: config.control.snapshot_max_log_bytes.max(1),
+            snapshot_max_interval: config.control.snapshot_max_interval,
+            log_gc: config.control.log_gc,
             address: format!("{advertised_host}:{}", local.port()),
             ..ControlPlaneSettings::default()
         },

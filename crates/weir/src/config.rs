@@ -145,7 +145,12 @@ impl From<Validation> for weir_server::ProduceValidation {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ControlConfig {
     pub(crate) max_inflight_writes: usize,
-    pub(crate) snapshot_every_slots: u64,
+    /// Also accepted as `snapshot_every_slots` (its name before RFC 0003, see [`KEY_ALIASES`]).
+    pub(crate) snapshot_max_slots: u64,
+    pub(crate) snapshot_max_log_bytes: u64,
+    #[serde(with = "humantime_serde")]
+    pub(crate) snapshot_max_interval: Duration,
+    pub(crate) log_gc: bool,
     #[serde(with = "humantime_serde")]
     pub(crate) agent_tip_expiry: Duration,
 }
@@ -404,6 +409,20 @@ impl Config {
 }
 
 /// Overlays `over` onto `base`, key by key; unknown sections or keys are errors.
+/// Keys renamed whose old name is still accepted, in files and `WEIR_` variables:
+/// `(section, old, new)`.
+const KEY_ALIASES: &[(&str, &str, &str)] =
+    &[("control", "snapshot_every_slots", "snapshot_max_slots")];
+
+/// The current name of `section.key`.
+fn canonical_key(section: &str, key: &str) -> String {
+    KEY_ALIASES
+        .iter()
+        .find(|(s, old, _)| *s == section && *old == key)
+        .map_or(key, |(_, _, new)| new)
+        .to_string()
+}
+
 fn merge(base: &mut toml::Table, over: toml::Table) -> anyhow::Result<()> {
     for (section, value) in over {
         let Some(toml::Value::Table(target)) = base.get_mut(&section) else {
@@ -413,6 +432,7 @@ fn merge(base: &mut toml::Table, over: toml::Table) -> anyhow::Result<()> {
             bail!("config section [{section}] must be a table");
         };
         for (key, value) in values {
+            let key = canonical_key(&section, &key);
             if !target.contains_key(&key) {
                 bail!("unknown config key {section}.{key}");
             }
@@ -441,7 +461,7 @@ fn apply_env(
             let Some(key) = lowered.strip_prefix(&format!("{section}_")) else {
                 continue;
             };
-            if let Some(slot) = table.get_mut(key) {
+            if let Some(slot) = table.get_mut(&canonical_key(section, key)) {
                 *slot = parse_env_value(&raw, slot)
                     .with_context(|| format!("environment variable {name}"))?;
                 matched = true;
@@ -476,168 +496,4 @@ fn parse_env_value(raw: &str, current: &toml::Value) -> anyhow::Result<toml::Val
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn test_config_defaults_parse() {
-        let config = Config::load(None, Vec::new()).unwrap();
-        assert_eq!(config.agent.listen, "127.0.0.1:9092");
-        assert_eq!(config.storage.quorum, 1);
-        assert_eq!(config.produce.flush_interval, FlushInterval::Auto);
-        assert_eq!(
-            config.produce.flush_interval.resolve("local"),
-            Duration::from_millis(5)
-        );
-        assert_eq!(
-            config.produce.flush_interval.resolve("s3-standard"),
-            Duration::from_millis(100)
-        );
-        assert_eq!(
-            config.produce.flush_interval.resolve("s3-express"),
-            Duration::from_millis(20)
-        );
-        let groups = config.groups.settings();
-        assert_eq!(
-            (groups.min_session_timeout_ms, groups.max_session_timeout_ms),
-            (6_000, 1_800_000)
-        );
-        assert_eq!(groups.max_members_per_group, 1000);
-    }
-
-    #[test]
-    fn test_config_env_overrides_and_rejects_bad_values() {
-        let config = Config::load(
-            None,
-            env(&[
-                ("WEIR_PRODUCE_FLUSH_INTERVAL", "20ms"),
-                ("WEIR_KAFKA_NUM_PARTITIONS", "3"),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(
-            config.produce.flush_interval,
-            FlushInterval::Fixed(Duration::from_millis(20))
-        );
-        assert_eq!(config.kafka.num_partitions, 3);
-        assert!(Config::load(None, env(&[("WEIR_KAFKA_NUM_PARTITIONS", "many")])).is_err());
-        assert!(Config::load(None, env(&[("WEIR_STORAGE_PROFILE", "nope")])).is_err());
-        let config = Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "1s")])).unwrap();
-        assert_eq!(config.groups.settings().min_session_timeout_ms, 1_000);
-        assert!(Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "2h")])).is_err());
-    }
-
-    #[test]
-    fn test_config_produce_validation() {
-        let config = Config::load(None, Vec::new()).unwrap();
-        assert_eq!(config.produce.validation, Validation::Framing);
-        assert_eq!(config.produce.max_decompressed_bytes, 32 * 1024 * 1024);
-        let full = Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "full")])).unwrap();
-        assert_eq!(full.produce.validation, Validation::Full);
-        assert!(Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "some")])).is_err());
-        let tiny = env(&[("WEIR_PRODUCE_MAX_DECOMPRESSED_BYTES", "1000")]);
-        assert!(Config::load(None, tiny).is_err());
-    }
-
-    #[test]
-    fn test_config_rejects_max_inflight_writes_beyond_the_dead_slot_probe() {
-        let probe = weir_control::log::DEAD_SLOT_PROBE.to_string();
-        let config = Config::load(None, env(&[("WEIR_CONTROL_MAX_INFLIGHT_WRITES", &probe)]));
-        assert_eq!(
-            config.unwrap().control.max_inflight_writes.to_string(),
-            probe
-        );
-        for bad in [
-            (weir_control::log::DEAD_SLOT_PROBE + 1).to_string(),
-            "0".into(),
-        ] {
-            let err =
-                Config::load(None, env(&[("WEIR_CONTROL_MAX_INFLIGHT_WRITES", &bad)])).unwrap_err();
-            let message = format!("{err:#}");
-            assert!(
-                message.contains("control.max_inflight_writes") && message.contains(&probe),
-                "{message}"
-            );
-        }
-    }
-
-    #[test]
-    fn test_config_storage_fault_and_bucket_keys() {
-        let config = Config::load(None, Vec::new()).unwrap();
-        assert!(config.storage.slow_buckets.is_empty());
-        assert_eq!(config.storage.slow_bucket_delay, Duration::from_secs(2));
-        assert_eq!(config.storage.metadata_bucket, "");
-        assert_eq!(
-            config.storage.max_lagging_bytes_per_bucket,
-            weir_storage::DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET
-        );
-
-        let three = (
-            "WEIR_STORAGE_INGEST_BUCKETS",
-            r#"["memory://a", "memory://b", "memory://c"]"#,
-        );
-        let config = Config::load(
-            None,
-            env(&[
-                three,
-                ("WEIR_STORAGE_QUORUM", "2"),
-                ("WEIR_STORAGE_SLOW_BUCKETS", "[1, 2]"),
-                ("WEIR_STORAGE_SLOW_BUCKET_DELAY", "1500ms"),
-                ("WEIR_STORAGE_METADATA_BUCKET", "memory://meta"),
-                ("WEIR_STORAGE_MAX_LAGGING_BYTES_PER_BUCKET", "8388608"),
-                ("WEIR_STORAGE_DOWN_BUCKETS", "[0]"),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(config.storage.slow_buckets, vec![1, 2]);
-        assert_eq!(
-            config.storage.slow_bucket_delay,
-            Duration::from_millis(1500)
-        );
-        assert_eq!(config.storage.metadata_bucket, "memory://meta");
-        assert_eq!(config.storage.max_lagging_bytes_per_bucket, 8 << 20);
-        assert_eq!(config.storage.down_buckets, vec![0]);
-
-        let err = Config::load(None, env(&[three, ("WEIR_STORAGE_SLOW_BUCKETS", "[3]")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("storage.slow_buckets names bucket 3"), "{err}");
-        assert!(err.contains("3 ingest buckets (indices 0 to 2)"), "{err}");
-        // Without ingest buckets there is the one default bucket.
-        let err = Config::load(None, env(&[("WEIR_STORAGE_SLOW_BUCKETS", "[1]")]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("there is 1 ingest bucket (indices 0 to 0)"),
-            "{err}"
-        );
-        assert!(Config::load(None, env(&[three, ("WEIR_STORAGE_DOWN_BUCKETS", "[3]")])).is_err());
-        // Bucket 0 may be down only when the metadata log lives elsewhere.
-        let err = Config::load(None, env(&[three, ("WEIR_STORAGE_DOWN_BUCKETS", "[0]")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("metadata log"), "{err}");
-        assert!(Config::load(None, env(&[("WEIR_STORAGE_SLOW_BUCKET_DELAY", "soon")])).is_err());
-    }
-
-    #[test]
-    fn test_config_file_rejects_unknown_keys() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("weir.toml");
-        std::fs::write(&path, "[produce]\nflush_interval = \"1ms\"\n").unwrap();
-        let config = Config::load(Some(&path), Vec::new()).unwrap();
-        assert_eq!(
-            config.produce.flush_interval,
-            FlushInterval::Fixed(Duration::from_millis(1))
-        );
-        std::fs::write(&path, "[produce]\nflush_intervall = \"1ms\"\n").unwrap();
-        assert!(Config::load(Some(&path), Vec::new()).is_err());
-    }
-}
+mod tests;
