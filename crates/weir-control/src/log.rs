@@ -147,6 +147,9 @@ pub struct Recovered {
     pub slots_written: u64,
     /// The slots log GC must keep, this writer's `NewEpoch` included.
     pub fence: FenceSlots,
+    /// Slots after the snapshot replay started from, recovery's own included: what the next
+    /// recovery would replay, counted towards the next snapshot.
+    pub slots_after_snapshot: u64,
 }
 
 impl LogStore {
@@ -407,10 +410,10 @@ impl LogStore {
             mut state,
             snapshot_seq,
             replayed,
+            dead,
             gap,
             log_epoch,
             mut fence,
-            ..
         } = self.replay().await?;
         if log_epoch > epoch {
             warn!(
@@ -450,6 +453,7 @@ impl LogStore {
             next_seq,
             slots_written: next_seq - gap,
             fence,
+            slots_after_snapshot: replayed + dead + (next_seq - gap),
         })
     }
 

@@ -338,7 +338,7 @@ impl Writer {
         };
         self.working = recovered.state.clone();
         self.fence = recovered.fence;
-        self.snapshots.restart();
+        self.snapshots.restart(recovered.slots_after_snapshot);
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
         self.available_tx.send_replace(true);

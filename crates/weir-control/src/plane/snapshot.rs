@@ -32,9 +32,10 @@ impl SnapshotTrigger {
         }
     }
 
-    /// Starts counting afresh: recovery installed a state (its replay bound starts over).
-    pub(super) fn restart(&mut self) {
-        self.slots = 0;
+    /// Counts from a recovered state: `slots` already follow the newest snapshot (their bytes
+    /// are not known; the clock starts now).
+    pub(super) fn restart(&mut self, slots: u64) {
+        self.slots = slots;
         self.bytes = 0;
         self.since = Instant::now();
     }
@@ -57,7 +58,7 @@ impl SnapshotTrigger {
         if !due || self.busy.swap(true, Ordering::AcqRel) {
             return None;
         }
-        self.restart();
+        self.restart(0);
         Some(SnapshotClaim(self.busy.clone()))
     }
 }
