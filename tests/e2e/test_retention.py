@@ -246,6 +246,27 @@ def test_retention_by_time(agent_factory, monkeypatch):
     assert low_high(agent.bootstrap, t) == (N, N + 1)
 
 
+def test_retention_defaults_are_what_describe_configs_reports(agent_factory, monkeypatch):
+    """A topic without retention configs shows the agent's retention.default_ms/_bytes (what
+    retention enforces on it), as defaults; the broker shows them as log.retention.*."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    monkeypatch.setenv("WEIR_RETENTION_DEFAULT_MS", "-1")
+    monkeypatch.setenv("WEIR_RETENTION_DEFAULT_BYTES", "1000000")
+    agent = agent_factory()
+    t = unique("ret-defaults")
+    ck_create_topics(agent.bootstrap, {t: 1})
+    admin = ck_admin(agent.bootstrap)
+    topic = ConfigResource(ResourceType.TOPIC, t)
+    cfg = admin.describe_configs([topic], request_timeout=30)[topic].result(timeout=35)
+    assert (cfg["retention.ms"].value, cfg["retention.ms"].is_default) == ("-1", True)
+    assert (cfg["retention.bytes"].value, cfg["retention.bytes"].is_default) == ("1000000", True)
+    broker = ConfigResource(ResourceType.BROKER, "1")
+    bcfg = admin.describe_configs([broker], request_timeout=30)[broker].result(timeout=35)
+    assert bcfg["log.retention.ms"].value == "-1"
+    assert bcfg["log.retention.bytes"].value == "1000000"
+
+
 def retained_batches(bootstrap: str, topic: str) -> list[tuple[int, int]]:
     """(base offset, bytes) of every batch from the log start to the high watermark (raw Fetch
     v4: the stored batches as they are, whole)."""

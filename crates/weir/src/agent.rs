@@ -171,6 +171,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         groups: config.groups.settings(),
         produce_validation: config.produce.validation.into(),
         max_decompressed_bytes: config.produce.max_decompressed_bytes,
+        retention: config.retention.settings().defaults,
     };
     let broker = Arc::new(Broker::new(
         settings,
