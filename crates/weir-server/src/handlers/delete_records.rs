@@ -161,15 +161,15 @@ async fn submit(broker: &Broker, plan: TopicPlan, deadline: Instant) -> BTreeMap
         Ok(Err(err)) => vec![Err(control_error_code(&err)); moves.len()],
         Err(_elapsed) => vec![Err(error_code::REQUEST_TIMED_OUT); moves.len()],
     };
-    for (mv, answer) in moves.iter().zip(&answers) {
-        tracing::info!(
-            topic_id = %plan.topic_id,
-            partition = mv.partition,
-            requested = mv.offset,
-            ?answer,
-            "delete records"
-        );
-    }
+    // One line per topic, whatever the partition count.
+    let failed = answers.iter().filter(|answer| answer.is_err()).count();
+    tracing::info!(
+        topic_id = %plan.topic_id,
+        partitions = moves.len(),
+        failed,
+        first = ?moves.first().zip(answers.first()),
+        "delete records"
+    );
     moves.iter().map(|mv| mv.partition).zip(answers).collect()
 }
 
