@@ -17,6 +17,8 @@ use kafka_protocol::messages::{
 };
 use object_store::memory::InMemory;
 use weir_produce::ProduceSettings;
+use weir_protocol::records::{build_batch, RecordSpec};
+use weir_protocol::Compression;
 use weir_server::BrokerSettings;
 use weir_storage::hold::{HeldStore, Hold};
 
@@ -103,17 +105,22 @@ async fn agent_with_records(control_store: Arc<dyn object_store::ObjectStore>) -
 }
 
 async fn earliest(client: &mut Client, partition: i32) -> i64 {
+    list_offsets(client, TOPIC, partition, EARLIEST).await.0
+}
+
+/// ListOffsets (offset, timestamp) for `target` (a timestamp or a special value).
+async fn list_offsets(client: &mut Client, topic: &str, partition: i32, target: i64) -> (i64, i64) {
     let request = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(name(TOPIC))
+            .with_name(name(topic))
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(partition)
-                .with_timestamp(EARLIEST)])]);
+                .with_timestamp(target)])]);
     let response = client.call(LIST_OFFSETS_VERSION, &request).await;
     let answered = &response.topics[0].partitions[0];
     assert_eq!(answered.error_code, 0);
-    answered.offset
+    (answered.offset, answered.timestamp)
 }
 
 /// (error code, base offset of the first batch returned) of a fetch at `offset`.
@@ -157,6 +164,54 @@ async fn test_delete_records_at_every_version_moves_the_low_watermark() {
         assert_eq!(partitions[1].log_start_offset, 0, "the other partition");
         assert_eq!(partitions[1].index.len(), BATCHES.len());
     });
+}
+
+/// A start inside a batch: ListOffsets by timestamp answers only records at or above it, from
+/// that batch (its first records skipped) or, when none of its kept records reaches the target,
+/// from the next batch.
+#[tokio::test]
+async fn test_list_offsets_by_timestamp_skips_records_below_a_start_inside_a_batch() {
+    let agent = Agent::start_default().await;
+    let topic = "dr-times";
+    agent.create_topic(topic, 1).await;
+    let mut client = agent.connect().await;
+    let batch = |timestamps: &[i64]| {
+        let records: Vec<RecordSpec> = timestamps
+            .iter()
+            .map(|&timestamp| RecordSpec {
+                key: None,
+                value: Some(b"v".to_vec()),
+                timestamp,
+            })
+            .collect();
+        build_batch(Compression::None, &records)
+    };
+    // Offsets 0-3 with timestamps 100, 400, 200, 300; offsets 4-5 with 500, 600.
+    for timestamps in [&[100, 400, 200, 300][..], &[500, 600]] {
+        let response = client
+            .call(PRODUCE_VERSION, &produce(topic, 0, batch(timestamps), -1))
+            .await;
+        assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    }
+    let request = delete(&[(topic, &[(0, 2)])], 30_000);
+    assert_eq!(
+        answers(&client.call(2, &request).await),
+        vec![answer(topic, 0, 2, 0)]
+    );
+    for (target, expected) in [
+        (0, (2, 200)),   // not offset 0 (100), deleted
+        (150, (2, 200)), // not offset 1 (400), deleted
+        (250, (3, 300)),
+        (350, (4, 500)), // offset 1 (400) is deleted: the next batch
+        (600, (5, 600)),
+        (601, (-1, -1)),
+    ] {
+        assert_eq!(
+            list_offsets(&mut client, topic, 0, target).await,
+            expected,
+            "timestamp {target}"
+        );
+    }
 }
 
 /// Offsets outside [-1, high watermark], partitions the topic does not have and unknown topics
