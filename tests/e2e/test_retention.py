@@ -98,6 +98,16 @@ def test_delete_records_confluent(agent):
     assert [(g.offset, g.value) for g in got] == [(N, values("a", 1, N)[0])]
 
 
+def test_delete_records_compacted_topic_is_a_policy_violation(agent):
+    """As in Kafka, records of a topic with cleanup.policy=compact cannot be deleted."""
+    t = unique("dr-compact")
+    ck_create_topics(agent.bootstrap, {t: (1, {"cleanup.policy": "compact"})})
+    ck_produce(agent.bootstrap, [Rec(t, 0, b"k", b"v")])
+    low, error = ck_delete(ck_admin(agent.bootstrap), t, 0, 1)
+    assert low is None and error.code() == KafkaError.POLICY_VIOLATION, error
+    assert low_high(agent.bootstrap, t) == (0, 1)
+
+
 def test_delete_records_kafka_python(agent):
     """KafkaAdminClient.delete_records (kafka-python): the low watermark, then the errors as
     the broker answers them (sent to the broker directly, no client-side metadata check)."""

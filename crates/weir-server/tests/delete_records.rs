@@ -27,6 +27,7 @@ use common::*;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const REQUEST_TIMED_OUT: i16 = 7;
+const POLICY_VIOLATION: i16 = 44;
 const EARLIEST: i64 = -2;
 const TOPIC: &str = "dr";
 /// Four batches of two records each: offsets 0..8, batches starting at 0, 2, 4 and 6.
@@ -259,6 +260,40 @@ async fn test_delete_records_bad_input_answers_errors_and_moves_nothing_else() {
     assert!(agent
         .control
         .read(|state| state.topic("no-such-topic").is_none()));
+}
+
+/// Records of a compacted topic cannot be deleted, as in Kafka: `POLICY_VIOLATION` for its
+/// known partitions (3 for the others), nothing moves; with `compact,delete` they can.
+#[tokio::test]
+async fn test_delete_records_needs_the_delete_cleanup_policy() {
+    let agent = agent_with_records(Arc::new(InMemory::new())).await;
+    let policy = |value: &str| [("cleanup.policy".to_string(), value.to_string())].into();
+    // Seeds of their own: `create_topic_with` always uses one seed, hence one topic id.
+    for (seed, topic, value) in [
+        (100, "compacted", "compact"),
+        (101, "both", "compact,delete"),
+    ] {
+        let created = agent.control.create_topic(topic, 1, policy(value), seed);
+        created.await.unwrap();
+    }
+    let mut client = agent.connect().await;
+    let response = client
+        .call(
+            2,
+            &delete(
+                &[("compacted", &[(0, 0), (1, 0)]), ("both", &[(0, -1)])],
+                30_000,
+            ),
+        )
+        .await;
+    assert_eq!(
+        answers(&response),
+        vec![
+            answer("compacted", 0, -1, POLICY_VIOLATION),
+            answer("compacted", 1, -1, UNKNOWN_TOPIC_OR_PARTITION),
+            answer("both", 0, 0, 0),
+        ]
+    );
 }
 
 /// A partition repeated many times, in a topic repeated twice, becomes one move to the largest

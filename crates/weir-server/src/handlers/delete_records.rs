@@ -1,8 +1,10 @@
 //! DeleteRecords v0–v2 (API 21): moves partitions' log start forward (RFC 0003 §3).
 //!
 //! Each requested offset is checked against the readable state first, so that a client is
-//! answered against what consumers see: an unknown topic or partition → 3, an offset below -1
-//! or above the stable high watermark → `OFFSET_OUT_OF_RANGE` (1); neither is submitted. -1
+//! answered against what consumers see: an unknown topic or partition → 3, a topic whose
+//! `cleanup.policy` lacks `delete` → `POLICY_VIOLATION` (44, as Kafka: such a log is only ever
+//! compacted), an offset below -1 or above the stable high watermark → `OFFSET_OUT_OF_RANGE`
+//! (1); none of these is submitted. -1
 //! ("delete everything") becomes the stable high watermark here rather than in apply, so only
 //! records a consumer could have seen are deleted, never those of a produce not yet answered.
 //!
@@ -28,7 +30,8 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use tokio::time::Instant;
 use weir_common::TopicId;
-use weir_control::{Entry, EntryResult, LogStartCause, LogStartMove, PartitionState, State};
+use weir_control::configs::{effective, CLEANUP_POLICY};
+use weir_control::{Entry, EntryResult, LogStartCause, LogStartMove, PartitionState, State, Topic};
 use weir_protocol::error_code;
 
 use super::control_error_code;
@@ -108,7 +111,11 @@ fn check_request(
                 .map(|requested| {
                     let index = requested.partition_index;
                     let topic = found.ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
-                    let target = check_offset(topic.partition(index), requested.offset)?;
+                    let partition = topic.partition(index);
+                    if partition.is_some() && !deletes(topic) {
+                        return Err(error_code::POLICY_VIOLATION);
+                    }
+                    let target = check_offset(partition, requested.offset)?;
                     let plan = plans.entry(name.to_string()).or_insert_with(|| TopicPlan {
                         topic_id: topic.id,
                         targets: BTreeMap::new(),
@@ -121,6 +128,13 @@ fn check_request(
         })
         .collect();
     (checked, plans)
+}
+
+/// Whether the topic's `cleanup.policy` allows deleting records (`delete`, alone or with
+/// `compact`).
+fn deletes(topic: &Topic) -> bool {
+    effective(&topic.configs, CLEANUP_POLICY)
+        .is_none_or(|policy| policy.split(',').any(|p| p.trim() == "delete"))
 }
 
 /// The log start `offset` asks for on `partition`, or the error code it is answered with.
