@@ -4,9 +4,9 @@
 //! answered against what consumers see: an unknown topic or partition → 3, a topic whose
 //! `cleanup.policy` lacks `delete` → `POLICY_VIOLATION` (44, as Kafka: such a log is only ever
 //! compacted), an offset below -1 or above the stable high watermark → `OFFSET_OUT_OF_RANGE`
-//! (1); none of these is submitted. -1
-//! ("delete everything") becomes the stable high watermark here rather than in apply, so only
-//! records a consumer could have seen are deleted, never those of a produce not yet answered.
+//! (1); none of these is submitted. -1 ("delete everything") becomes the stable high watermark
+//! here rather than in apply, so only records a consumer could have seen are deleted, never
+//! those of a produce not yet answered.
 //!
 //! Then one `AdvanceLogStart` per distinct topic, holding one move per distinct partition (the
 //! largest offset asked for it: the start never moves backwards, so the smaller ones are no-ops
