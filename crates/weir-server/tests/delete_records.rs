@@ -344,6 +344,33 @@ async fn test_delete_records_bad_frames_close_the_connection() {
     assert_eq!(earliest(&mut client, 0).await, 0);
 }
 
+/// A DeleteRecords frame is bounded like every request other than Produce: above
+/// `max_nonproduce_frame_bytes` the connection closes before the body is decoded; below it the
+/// same partitions are answered.
+#[tokio::test]
+async fn test_delete_records_frame_above_the_nonproduce_limit_closes_the_connection() {
+    let settings = BrokerSettings {
+        max_nonproduce_frame_bytes: 4096,
+        ..BrokerSettings::default()
+    };
+    let agent = Agent::start(settings, ProduceSettings::default()).await;
+    let partitions = |n: i32| -> Vec<(i32, i64)> { (0..n).map(|p| (p, 0)).collect() };
+    let large = encode_request(0, 1, &delete(&[(TOPIC, &partitions(1000))], 30_000));
+    assert!(large.len() > 4096);
+    let mut client = agent.connect().await;
+    client.write_raw(&large).await;
+    client.expect_closed().await;
+    let mut client = agent.connect().await;
+    let response = client
+        .call(0, &delete(&[(TOPIC, &partitions(100))], 30_000))
+        .await;
+    let got = answers(&response);
+    assert_eq!(got.len(), 100);
+    assert!(got
+        .iter()
+        .all(|(_, _, low, code)| (*low, *code) == (-1, UNKNOWN_TOPIC_OR_PARTITION)));
+}
+
 /// While the metadata log cannot be written, the answer comes after `timeout_ms` with
 /// REQUEST_TIMED_OUT; once the log is writable again DeleteRecords succeeds.
 #[tokio::test]
