@@ -184,6 +184,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             burst: config.produce.init_producer_id_burst,
             max_producer_ids: config.produce.max_producer_ids,
         },
+        retention: config.retention.settings().defaults,
     };
     let broker = Arc::new(Broker::new(
         settings,

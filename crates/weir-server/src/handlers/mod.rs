@@ -4,6 +4,7 @@ pub(crate) mod admin;
 pub(crate) mod api_versions;
 pub(crate) mod configs;
 pub(crate) mod coordinator;
+pub(crate) mod delete_records;
 pub(crate) mod fetch;
 pub(crate) mod group_admin;
 pub(crate) mod group_offsets;
