@@ -147,6 +147,7 @@ def main() -> int:
         "RUST_LOG": "info",
         "WEIR_RETENTION_CHECK_INTERVAL": "10s",
         "WEIR_GC_GRACE": "1m",
+        "WEIR_GC_FETCH_PLAN_TTL": "20s",
         "WEIR_GC_INTERVAL": "10s",
         "WEIR_GC_SWEEP_INTERVAL": "2m",
         "WEIR_GC_ORPHAN_AGE": "5m",
@@ -163,6 +164,9 @@ def main() -> int:
     bootstrap = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
+        if agent.poll() is not None:
+            print(f"agent exited: see {work / 'agent.log'}", file=sys.stderr)
+            return 1
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
