@@ -137,7 +137,7 @@ impl OrphanSweeper {
             let candidates: Vec<(FileId, Path)> = listed
                 .into_iter()
                 .filter_map(|path| {
-                    let id = FileId::parse(keys::parse_file_id(&path)?)?;
+                    let (_tier, id) = keys::parse_data_file(&path)?;
                     Some((id, path))
                 })
                 .filter(|(id, _)| id.unix_ms() < horizon_ms)
@@ -243,7 +243,7 @@ mod tests {
             .unwrap();
         assert!(control.read(|s| s.released.contains_key(&released) && s.files.contains_key(&live)));
         let buckets: Vec<Arc<InMemory>> = (0..2).map(|_| Arc::new(InMemory::new())).collect();
-        let key = |id: FileId| keys::ingest_file(&id.to_string(), id.unix_ms());
+        let key = |id: FileId| keys::data_file(keys::Tier::Ingest, &id);
         for bucket in &buckets {
             for file in [live, released, orphan, young] {
                 bucket.put(&key(file), PutPayload::from("x")).await.unwrap();
