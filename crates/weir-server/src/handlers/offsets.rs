@@ -207,10 +207,28 @@ fn lookup_from(
     match target {
         LATEST => Lookup::Answer(high_watermark, -1),
         EARLIEST | EARLIEST_LOCAL => Lookup::Answer(partition.log_start_offset, -1),
-        MAX_TIMESTAMP => visible
-            .iter()
-            .max_by_key(|e| (e.max_timestamp, std::cmp::Reverse(e.base_offset)))
-            .map_or(Lookup::Answer(-1, -1), |e| answer_in(e, e.max_timestamp)),
+        // The running maximum through the last visible batch is their largest timestamp, and
+        // the first batch reaching it holds it: two lookups under the lock, no scan.
+        MAX_TIMESTAMP => {
+            let index_covers = partition.time_index.len() == index.len() && from == 0;
+            let max = index_covers
+                .then(|| partition.time_index.max_through(to))
+                .flatten();
+            let position = match max {
+                Some(max) => partition.time_index.first_reaching(index, 0, max),
+                None => visible
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, e)| (e.max_timestamp, std::cmp::Reverse(e.base_offset)))
+                    .map(|(i, _)| from + i),
+            };
+            position
+                .filter(|&position| position < to)
+                .map_or(Lookup::Answer(-1, -1), |position| {
+                    let entry = &index[position];
+                    answer_in(entry, entry.max_timestamp)
+                })
+        }
         target if target >= 0 => partition
             .time_index
             .first_reaching(index, from, target)
