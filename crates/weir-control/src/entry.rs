@@ -89,6 +89,11 @@ pub enum Entry {
     ExpireAgentTips {
         before_ms: i64,
     },
+    /// The orphan sweep's fence: from here on no file whose id time is before `horizon_ms`
+    /// commits, so objects older than it that the state does not name can be deleted.
+    SweepHorizon {
+        horizon_ms: i64,
+    },
 }
 
 impl Entry {
@@ -197,4 +202,6 @@ pub enum EntryResult {
     ExpireGroup(bool),
     /// How many tips expired.
     ExpireAgentTips(usize),
+    /// The horizon in effect (it never moves back).
+    SweepHorizon(i64),
 }

@@ -32,6 +32,8 @@ pub enum ControlError {
         log_start_offset: i64,
         high_watermark: i64,
     },
+    #[error("file is older than the orphan sweep horizon {horizon_ms} ms: upload it again")]
+    FileTooOld { horizon_ms: i64 },
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
     #[error("control plane is shutting down")]

@@ -139,7 +139,7 @@ impl FileDeleter {
         // the pass stays `Send` for a spawned task.
         let mut deletes = Vec::with_capacity(eligible.len() * self.stores.len());
         for id in &eligible {
-            let key = keys::ingest_file(&id.to_string(), id.unix_ms());
+            let key = keys::data_file(keys::Tier::Ingest, id);
             for store in &self.stores {
                 let (id, key, store) = (*id, key.clone(), store.clone());
                 deletes.push(async move {

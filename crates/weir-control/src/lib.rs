@@ -7,6 +7,7 @@
 //! * [`log`] — create-only sequenced log objects, epochs, snapshots and recovery by replay.
 //! * [`gc`] — the deleter: released files leave every bucket after a grace period.
 //! * [`maintenance`] — retention: which log starts move, and the task that moves them.
+//! * [`sweep`] — the orphan sweep: unreferenced objects older than a fenced horizon go.
 //! * [`summary`] — topic names, ids and partition counts without partition contents (Metadata).
 //! * [`plane`] — the in-process [`ControlPlane`] handle: a single actor sequences entries,
 //!   group-commits them with several log writes in flight, and answers each caller once its
@@ -23,6 +24,7 @@ pub mod maintenance;
 pub mod plane;
 pub mod state;
 pub mod summary;
+pub mod sweep;
 
 pub use entry::{
     BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, LogStartCause, LogStartMove,

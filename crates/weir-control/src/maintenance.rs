@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use weir_common::periodic::{next_pass, pass_interval};
 use weir_common::Clock;
 
+use crate::configs;
 use crate::entry::{Entry, EntryResult, LogStartCause, LogStartMove};
 use crate::plane::ControlPlane;
 use crate::state::{PartitionState, State};
@@ -53,6 +54,13 @@ pub fn retention_entries(state: &State, now_ms: i64, defaults: RetentionDefaults
                     .and_then(|value| value.parse::<i64>().ok())
                     .unwrap_or(default)
             };
+            // Kafka applies time and size retention only to topics whose cleanup.policy
+            // includes `delete`; a compacted topic (schemas, Connect configs) keeps its records.
+            let deletes = configs::effective(&topic.configs, configs::CLEANUP_POLICY)
+                .is_some_and(|policy| policy.split(',').any(|p| p.trim() == "delete"));
+            if !deletes {
+                return None;
+            }
             let ms = limit("retention.ms", defaults.ms);
             let bytes = limit("retention.bytes", defaults.bytes);
             if ms < 0 && bytes < 0 {

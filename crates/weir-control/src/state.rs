@@ -48,6 +48,9 @@ pub struct State {
     /// Files no index entry names any more, waiting for the deleter (see `log_start`).
     #[serde(default)]
     pub released: BTreeMap<FileId, FileMeta>,
+    /// No file whose id time is before this commits (the orphan sweep's fence).
+    #[serde(default)]
+    pub sweep_horizon_ms: i64,
     #[serde(skip)]
     topic_names_by_id: HashMap<TopicId, String>,
 }
@@ -232,6 +235,10 @@ impl State {
             Entry::ExpireAgentTips { before_ms } => {
                 EntryResult::ExpireAgentTips(self.expire_agent_tips(*before_ms))
             }
+            Entry::SweepHorizon { horizon_ms } => {
+                self.sweep_horizon_ms = self.sweep_horizon_ms.max(*horizon_ms);
+                EntryResult::SweepHorizon(self.sweep_horizon_ms)
+            }
         }
     }
 
@@ -376,6 +383,13 @@ impl State {
     }
 
     fn commit_file(&mut self, commit: &FileCommit) -> Vec<BatchOutcome> {
+        if commit.file_id.unix_ms() < self.sweep_horizon_ms {
+            // The sweep may have deleted (or be deleting) this object: never reference it.
+            let error = ControlError::FileTooOld {
+                horizon_ms: self.sweep_horizon_ms,
+            };
+            return vec![BatchOutcome::Rejected(error); commit.batches.len()];
+        }
         let last_committed = self.agent_tips.get(&commit.agent).copied();
         if last_committed != commit.previous || self.knows_file(&commit.file_id) {
             let error = ControlError::CommitOutOfOrder { last_committed };

@@ -237,3 +237,68 @@ async fn test_rdkafka_idempotent_producer_has_no_duplicates() {
             .expect("consumer thread");
     assert_same(acked, got);
 }
+
+/// `AdminClient::delete_records` answers the new low watermark; the watermarks and a consumer
+/// from the beginning follow it, and `Offset::End` deletes everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_rdkafka_delete_records_moves_the_beginning() {
+    let agent = start_agent();
+    let topic = "rd-delete";
+    create_topic(&agent.bootstrap, topic, 1).await;
+    let producer = producer(&agent.bootstrap, &[]);
+    let acked = produce(&producer, topic, 1, 20).await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &agent.bootstrap)
+        .create()
+        .expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let delete_to = |offset: Offset| {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, 0, offset)
+            .expect("partition offset");
+        list
+    };
+    let deleted = admin
+        .delete_records(&delete_to(Offset::Offset(12)), &options)
+        .await
+        .expect("delete records request");
+    let partition = deleted
+        .find_partition(topic, 0)
+        .expect("partition 0 answered");
+    assert!(partition.error().is_ok(), "{:?}", partition.error());
+    assert_eq!(partition.offset(), Offset::Offset(12));
+
+    let bootstrap = agent.bootstrap.clone();
+    let (watermarks, got) = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .expect("consumer");
+        let watermarks = consumer
+            .fetch_watermarks(topic, 0, Duration::from_secs(30))
+            .expect("watermarks");
+        (watermarks, consume_all(&bootstrap, topic, 1, 8))
+    })
+    .await
+    .expect("consumer thread");
+    assert_eq!(watermarks, (12, 20));
+    assert_same_from(&acked[12..], got);
+
+    let deleted = admin
+        .delete_records(&delete_to(Offset::End), &options)
+        .await
+        .expect("delete records request");
+    let partition = deleted
+        .find_partition(topic, 0)
+        .expect("partition 0 answered");
+    assert_eq!(partition.offset(), Offset::Offset(20));
+}
+
+/// The consumed records are exactly `acked` (a suffix of a partition), in offset order.
+fn assert_same_from(acked: &[(i32, i64, String, Vec<u8>)], got: Vec<(i32, i64, String, Vec<u8>)>) {
+    assert_eq!(got.len(), acked.len(), "record count");
+    assert!(
+        got == acked,
+        "consumed records differ from the acknowledged suffix"
+    );
+}

@@ -172,7 +172,7 @@ impl FetchReader {
             let (first, holders) = &plan.entries[index];
             // Fresh batches are cached one range per batch (write-through): serve a hit before
             // coalescing, or a multi-batch range would miss the cache and go to storage.
-            let first_key = keys::ingest_file(&first.file_id.to_string(), first.file_id.unix_ms());
+            let first_key = keys::data_file(keys::Tier::Ingest, &first.file_id);
             let first_range = first.byte_offset..first.byte_offset + u64::from(first.len);
             if let Some(batch) = self.cache.get(&first_key, first_range) {
                 pieces.push(Piece::Cached(batch));
@@ -249,7 +249,7 @@ impl FetchReader {
         holders: &[u8],
         range: Range<u64>,
     ) -> Result<Bytes, FetchError> {
-        let key: Path = keys::ingest_file(&file_id.to_string(), file_id.unix_ms());
+        let key: Path = keys::data_file(keys::Tier::Ingest, &file_id);
         if let Some(bytes) = self.cache.get(&key, range.clone()) {
             return Ok(bytes);
         }

@@ -107,7 +107,7 @@ impl Batcher {
         };
         let seq = self.sealed_count.fetch_add(1, Ordering::SeqCst) + 1;
         let file_id = FileId::new(self.clock.now_ms(), &mut self.rng);
-        let key = keys::ingest_file(&file_id.to_string(), file_id.unix_ms());
+        let key = keys::data_file(keys::Tier::Ingest, &file_id);
         let encoded = file.builder.finish();
         let mut section_starts: HashMap<SectionKey, usize> = HashMap::new();
         let mut batches = Vec::new();

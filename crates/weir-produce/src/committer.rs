@@ -171,10 +171,14 @@ impl Committer {
             let committed = match pending.await {
                 Ok(EntryResult::CommitFile(outcomes)) => {
                     failpoint::hit(failpoint::AFTER_COMMIT_BEFORE_ACK);
+                    // A commit rejected whole did not become the chain's tip.
                     let chained = !outcomes.iter().any(|o| {
                         matches!(
                             o,
-                            BatchOutcome::Rejected(ControlError::CommitOutOfOrder { .. })
+                            BatchOutcome::Rejected(
+                                ControlError::CommitOutOfOrder { .. }
+                                    | ControlError::FileTooOld { .. }
+                            )
                         )
                     });
                     answer_tickets(tickets, &outcomes);

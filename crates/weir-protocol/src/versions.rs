@@ -47,6 +47,7 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::DescribeCluster, 0, 1),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::OffsetDelete, 0, 0),
+    api(ApiKey::DeleteRecords, 0, 2),
 ];
 
 const fn api(key: ApiKey, min: i16, max: i16) -> SupportedApi {
@@ -106,6 +107,7 @@ mod tests {
         check::<ListGroupsRequest>(ApiKey::ListGroups);
         check::<DeleteGroupsRequest>(ApiKey::DeleteGroups);
         check::<OffsetDeleteRequest>(ApiKey::OffsetDelete);
+        check::<DeleteRecordsRequest>(ApiKey::DeleteRecords);
         for api in SUPPORTED_APIS {
             assert!(api.min <= api.max, "{:?}", api.key);
         }

@@ -253,6 +253,17 @@ fn rich_group_request(key: ApiKey) -> RequestKind {
                         ]),
                 ]),
         ),
+        ApiKey::DeleteRecords => RequestKind::DeleteRecords(
+            DeleteRecordsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![delete_records_request::DeleteRecordsTopic::default()
+                    .with_name(topic())
+                    .with_partitions(vec![
+                        delete_records_request::DeleteRecordsPartition::default()
+                            .with_partition_index(0)
+                            .with_offset(-1),
+                    ])]),
+        ),
         other => panic!("no request builder for {other:?}"),
     }
 }
@@ -286,6 +297,7 @@ fn default_request(key: ApiKey) -> RequestKind {
         ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
         ApiKey::DeleteGroups => RequestKind::DeleteGroups(DeleteGroupsRequest::default()),
         ApiKey::OffsetDelete => RequestKind::OffsetDelete(OffsetDeleteRequest::default()),
+        ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
         other => panic!("no request builder for {other:?}"),
     }
 }

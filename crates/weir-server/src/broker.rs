@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_common::Clock;
+use weir_control::maintenance::RetentionDefaults;
 use weir_control::ControlPlane;
 use weir_fetch::FetchReader;
 use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
@@ -54,6 +55,9 @@ pub struct BrokerSettings {
     /// Largest decompressed records section of one batch (decompression-bomb bound).
     pub max_decompressed_bytes: usize,
     pub producer_admission: AdmissionSettings,
+    /// `retention.default_ms` / `retention.default_bytes`: what retention enforces on topics that
+    /// set neither, so DescribeConfigs and CreateTopics report them as those topics' values.
+    pub retention: RetentionDefaults,
 }
 
 impl Default for BrokerSettings {
@@ -79,6 +83,7 @@ impl Default for BrokerSettings {
             produce_validation: ProduceValidation::default(),
             max_decompressed_bytes: 32 * 1024 * 1024,
             producer_admission: AdmissionSettings::default(),
+            retention: RetentionDefaults::default(),
         }
     }
 }

@@ -152,6 +152,9 @@ async fn route(
         }),
         RequestKind::CreateTopics(request) => spawn(admin::create_topics(broker, context, request)),
         RequestKind::DeleteTopics(request) => spawn(admin::delete_topics(broker, context, request)),
+        RequestKind::DeleteRecords(request) => {
+            spawn(delete_records::delete_records(broker, context, request))
+        }
         RequestKind::CreatePartitions(request) => {
             spawn(admin::create_partitions(broker, context, request))
         }

@@ -30,6 +30,31 @@ pub fn ingest_file(file_id: &str, unix_ms: i64) -> Path {
     ])
 }
 
+/// Where a data file lives. Every file is in the ingest tier today; the compaction issue adds
+/// the regional tier (`compacted/{file_id}.weir`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Tier {
+    #[default]
+    Ingest,
+}
+
+/// Key of a data file from its metadata: the one function readers, writers, the deleter and the
+/// sweep use, so the layout can change in one place.
+pub fn data_file(tier: Tier, file_id: &weir_common::FileId) -> Path {
+    match tier {
+        Tier::Ingest => ingest_file(&file_id.to_string(), file_id.unix_ms()),
+    }
+}
+
+/// The tier and id of a data file key, if `path` is one (the inverse of [`data_file`]).
+pub fn parse_data_file(path: &Path) -> Option<(Tier, weir_common::FileId)> {
+    if path.parts().next()?.as_ref() != "ingest" {
+        return None;
+    }
+    let id = weir_common::FileId::parse(parse_file_id(path)?)?;
+    Some((Tier::Ingest, id))
+}
+
 /// Prefix under which all ingest files live.
 pub fn ingest_prefix() -> Path {
     Path::from("ingest")
@@ -153,6 +178,25 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_keys_data_file_round_trips() {
+        let id = weir_common::FileId((1_764_547_200_000u128 << 80) | 42);
+        let key = data_file(Tier::Ingest, &id);
+        assert_eq!(
+            key.as_ref(),
+            format!("ingest/2025-12-01-00/{id}.weir").as_str()
+        );
+        assert_eq!(parse_data_file(&key), Some((Tier::Ingest, id)));
+        assert_eq!(
+            parse_data_file(&Path::from("ingest/x/not-an-id.weir")),
+            None
+        );
+        assert_eq!(
+            parse_data_file(&Path::from("meta/log/00000000000000000001")),
+            None
+        );
+    }
 
     #[test]
     fn test_keys_ingest_epoch_zero() {

@@ -187,6 +187,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             burst: config.produce.init_producer_id_burst,
             max_producer_ids: config.produce.max_producer_ids,
         },
+        retention: config.retention.settings().defaults,
     };
     let broker = Arc::new(Broker::new(
         settings,
@@ -196,7 +197,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         clock.clone(),
         seed,
     ));
-    let clock_for_retention = clock;
+    let wall_clock = clock;
     let server = Server::bind(&local.to_string(), broker.clone()).await?;
     info!(
         listen = %server.local_addr()?,
@@ -210,7 +211,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         control.clone(),
         config.retention.settings(),
         config.expiry(),
-        clock_for_retention,
+        wall_clock.clone(),
         stop_rx.clone(),
     ));
     let deleter = weir_control::gc::FileDeleter::new(
@@ -222,6 +223,16 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         },
     );
     let deleting = tokio::spawn(deleter.run(stop_rx.clone()));
+    let sweeper = weir_control::sweep::OrphanSweeper::new(
+        control.clone(),
+        buckets.ingest_stores(),
+        wall_clock,
+        weir_control::sweep::SweepSettings {
+            orphan_age: config.gc.orphan_age,
+            interval: config.gc.sweep_interval,
+        },
+    );
+    let sweeping = tokio::spawn(sweeper.run(stop_rx.clone()));
     let group_expiry = tokio::spawn(weir_server::run_group_expiry(
         broker,
         weir_server::GroupExpirySettings {
@@ -238,6 +249,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = serving.await;
     let _ = retention.await;
     let _ = deleting.await;
+    let _ = sweeping.await;
     let _ = group_expiry.await;
     control.shutdown().await;
     if let Some(verifying) = verifying {

@@ -195,6 +195,10 @@ pub(crate) struct GcConfig {
     pub(crate) interval: Duration,
     #[serde(with = "humantime_serde")]
     pub(crate) fetch_plan_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) sweep_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) orphan_age: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -383,8 +387,15 @@ impl Config {
         if !rate.is_finite() || rate <= 0.0 || self.produce.init_producer_id_burst == 0 {
             bail!("produce.init_producer_id_rate and init_producer_id_burst must be positive");
         }
-        if self.retention.check_interval.is_zero() || self.gc.interval.is_zero() {
-            bail!("retention.check_interval and gc.interval must be positive");
+        if self.retention.check_interval.is_zero()
+            || self.gc.interval.is_zero()
+            || self.gc.sweep_interval.is_zero()
+            || self.gc.orphan_age.is_zero()
+        {
+            bail!(
+                "retention.check_interval, gc.interval, gc.sweep_interval and gc.orphan_age must \
+                 be positive"
+            );
         }
         if self.retention.default_ms < -1 || self.retention.default_bytes < -1 {
             bail!("retention.default_ms and retention.default_bytes must be -1 (forever) or more");

@@ -128,3 +128,18 @@ fn test_retention_never_passes_the_durable_high_watermark_or_goes_back() {
     // At the start already: nothing to do.
     assert!(starts(&state, 1_000, FOREVER).is_empty());
 }
+
+#[test]
+fn test_retention_skips_compacted_topics_as_kafka_does() {
+    let old = [(10, 0), (10, 0)];
+    let compacted = state(
+        &[("cleanup.policy", "compact"), ("retention.ms", "0")],
+        &old,
+    );
+    assert!(starts(&compacted, 1_000, FOREVER).is_empty());
+    let both = state(
+        &[("cleanup.policy", "compact,delete"), ("retention.ms", "0")],
+        &old,
+    );
+    assert_eq!(starts(&both, 1_000, FOREVER), vec![4]);
+}

@@ -41,6 +41,14 @@ impl TimeIndex {
         self.running_max.is_empty()
     }
 
+    /// The largest max timestamp among the first `count` batches, if the index covers them.
+    pub fn max_through(&self, count: usize) -> Option<i64> {
+        count
+            .checked_sub(1)
+            .and_then(|last| self.running_max.get(last))
+            .copied()
+    }
+
     /// Position in `entries` of the first batch at or after position `from` whose max timestamp
     /// is at least `target`.
     pub fn first_reaching(

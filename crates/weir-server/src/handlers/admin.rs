@@ -21,6 +21,7 @@ use weir_control::state::MAX_PARTITIONS;
 use weir_control::{ControlError, Entry, EntryResult};
 use weir_protocol::error_code;
 
+use super::configs::default_value;
 use super::{control_error_code, text, topic_id, topic_name, uuid};
 use crate::broker::Broker;
 use crate::dispatch::{Caller, RequestContext};
@@ -65,7 +66,7 @@ pub(crate) async fn create_topics(
                 .with_topic_id(id.filter(|_| version >= 7).map(uuid).unwrap_or_default())
                 .with_num_partitions(partitions)
                 .with_replication_factor(1)
-                .with_configs(Some(described_configs(&overrides))),
+                .with_configs(Some(described_configs(&broker, &overrides))),
             Err((code, message)) => base
                 .with_error_code(code)
                 .with_error_message(Some(text(message))),
@@ -128,13 +129,16 @@ async fn create_one(
     Ok((Some(id), partitions, overrides))
 }
 
-fn described_configs(overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
+fn described_configs(
+    broker: &Broker,
+    overrides: &BTreeMap<String, String>,
+) -> Vec<CreatableTopicConfigs> {
     TOPIC_CONFIGS
         .iter()
         .map(|config| {
             let (value, source) = match overrides.get(config.name) {
-                Some(value) => (value.as_str(), SOURCE_TOPIC),
-                None => (config.default, SOURCE_DEFAULT),
+                Some(value) => (value.clone(), SOURCE_TOPIC),
+                None => (default_value(&broker.settings, config), SOURCE_DEFAULT),
             };
             CreatableTopicConfigs::default()
                 .with_name(text(config.name))

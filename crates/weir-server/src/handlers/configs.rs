@@ -6,12 +6,12 @@ use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
-use weir_control::configs::{ConfigKind, TOPIC_CONFIGS};
+use weir_control::configs::{ConfigKey, ConfigKind, TOPIC_CONFIGS};
 use weir_protocol::error_code;
 
 use super::admin::{SOURCE_DEFAULT, SOURCE_TOPIC};
 use super::text;
-use crate::broker::Broker;
+use crate::broker::{Broker, BrokerSettings};
 use crate::dispatch::RequestContext;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -109,7 +109,7 @@ fn topic_configs(broker: &Broker, name: &str) -> Result<Vec<Described>, (i16, St
         .map(|config| {
             let (value, source) = match overrides.get(config.name) {
                 Some(value) => (value.clone(), SOURCE_TOPIC),
-                None => (config.default.to_string(), SOURCE_DEFAULT),
+                None => (default_value(&broker.settings, config), SOURCE_DEFAULT),
             };
             let config_type = match config.kind {
                 ConfigKind::Long { .. } => TYPE_LONG,
@@ -126,6 +126,16 @@ fn topic_configs(broker: &Broker, name: &str) -> Result<Vec<Described>, (i16, St
             }
         })
         .collect())
+}
+
+/// The value of `config` on a topic that does not set it: the agent's retention defaults for
+/// `retention.ms` / `retention.bytes` (what retention enforces there), else Kafka's default.
+pub(crate) fn default_value(settings: &BrokerSettings, config: &ConfigKey) -> String {
+    match config.name {
+        "retention.ms" => settings.retention.ms.to_string(),
+        "retention.bytes" => settings.retention.bytes.to_string(),
+        _ => config.default.to_string(),
+    }
 }
 
 fn broker_configs(broker: &Broker) -> Vec<Described> {
@@ -185,9 +195,15 @@ fn broker_configs(broker: &Broker) -> Vec<Described> {
         ),
         entry(
             "log.retention.ms",
-            "604800000".into(),
+            settings.retention.ms.to_string(),
             TYPE_LONG,
-            "Default retention.ms of topics.",
+            "Default retention.ms of topics (retention.default_ms).",
+        ),
+        entry(
+            "log.retention.bytes",
+            settings.retention.bytes.to_string(),
+            TYPE_LONG,
+            "Default retention.bytes of topics (retention.default_bytes).",
         ),
         entry(
             "fetch.max.bytes",

@@ -4,6 +4,7 @@ pub(crate) mod admin;
 pub(crate) mod api_versions;
 pub(crate) mod configs;
 pub(crate) mod coordinator;
+pub(crate) mod delete_records;
 pub(crate) mod fetch;
 pub(crate) mod group_admin;
 pub(crate) mod group_offsets;
@@ -48,7 +49,9 @@ pub(crate) fn control_error_code(error: &ControlError) -> i16 {
         ControlError::OutOfOrderSequence { .. } => error_code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ControlError::InvalidProducerEpoch { .. } => error_code::INVALID_PRODUCER_EPOCH,
         ControlError::UnknownProducerId(_) => error_code::UNKNOWN_PRODUCER_ID,
-        ControlError::CommitOutOfOrder { .. } => error_code::KAFKA_STORAGE_ERROR,
+        ControlError::CommitOutOfOrder { .. } | ControlError::FileTooOld { .. } => {
+            error_code::KAFKA_STORAGE_ERROR
+        }
         ControlError::OffsetMetadataTooLarge { .. } => error_code::OFFSET_METADATA_TOO_LARGE,
         ControlError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
         ControlError::Unavailable(_) => error_code::REQUEST_TIMED_OUT,

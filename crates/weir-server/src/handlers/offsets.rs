@@ -8,6 +8,10 @@
 //! common case of increasing timestamps) and on LogAppendTime topics (every record of a batch
 //! has its max timestamp). Max-timestamp (-3) answers the first record holding the partition's
 //! largest timestamp, found the same way.
+//!
+//! Only records at or above the log start are answers. DeleteRecords may put the start inside a
+//! batch, which stays stored: its records below the start are skipped in the walk, and when none
+//! of the others reaches the target the lookup continues with the batches after it.
 
 use std::sync::Arc;
 
@@ -44,13 +48,12 @@ const EARLIEST_LOCAL: i64 = -4;
 enum Lookup {
     /// (offset, timestamp); (-1, -1) when nothing matches.
     Answer(i64, i64),
-    /// The first record of this batch with a timestamp at or past `target` is the answer.
-    /// Read `entry`'s batch for the first record at or above `min_offset` (the log start, which
-    /// may fall inside the batch) whose timestamp reaches `target`.
+    /// The first record of this batch at or above `from_offset` with a timestamp at or past
+    /// `target` is the answer; if there is none, it lies in the batches after this one.
     WalkBatch {
         entry: IndexEntry,
         target: i64,
-        min_offset: i64,
+        from_offset: i64,
     },
 }
 
@@ -116,16 +119,8 @@ pub(crate) async fn list_offsets(
     });
     // Outside the lock: read and walk the batches that hold the answers.
     for (topic_index, partition_index, topic_id, partition, walk) in pending {
-        let Lookup::WalkBatch {
-            entry,
-            target,
-            min_offset,
-        } = walk
-        else {
-            continue;
-        };
         let response = &mut topics[topic_index].partitions[partition_index];
-        match find_in_batch(&broker, &topic_id, partition, &entry, target, min_offset).await {
+        match resolve(&broker, &topic_id, partition, walk).await {
             Ok((offset, timestamp)) => {
                 response.offset = offset;
                 response.timestamp = timestamp;
@@ -136,12 +131,61 @@ pub(crate) async fn list_offsets(
     context.encode(&ListOffsetsResponse::default().with_topics(topics))
 }
 
+/// Walks the batch a lookup named. When no record of it at or above the log start reaches the
+/// target (a batch the start falls inside), looks again from the next batch: at most once more,
+/// since no later batch straddles the start.
+async fn resolve(
+    broker: &Broker,
+    topic_id: &TopicId,
+    partition: i32,
+    mut walk: Lookup,
+) -> Result<(i64, i64), i16> {
+    loop {
+        let (entry, target, from_offset) = match walk {
+            Lookup::Answer(offset, timestamp) => return Ok((offset, timestamp)),
+            Lookup::WalkBatch {
+                entry,
+                target,
+                from_offset,
+            } => (entry, target, from_offset),
+        };
+        if let Some(found) =
+            find_in_batch(broker, topic_id, partition, &entry, target, from_offset).await?
+        {
+            return Ok(found);
+        }
+        // Only CreateTime lookups walk (LogAppendTime answers from the index).
+        walk = broker
+            .control
+            .read(|s| {
+                s.partition(topic_id, partition)
+                    .map(|p| lookup_from(p, entry.last_offset + 1, target, false))
+            })
+            .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
+    }
+}
+
 /// What the index says for a ListOffsets target.
 fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Lookup {
+    lookup_from(
+        partition,
+        partition.log_start_offset,
+        target,
+        log_append_time,
+    )
+}
+
+/// `lookup` among the records at or above `start` (the log start, or past a batch already
+/// walked).
+fn lookup_from(
+    partition: &PartitionState,
+    start: i64,
+    target: i64,
+    log_append_time: bool,
+) -> Lookup {
     let high_watermark = partition.stable_high_watermark;
     let index = &partition.index;
-    // Visible batches: from the one holding the log start up to the durable high watermark.
-    let start = partition.log_start_offset;
+    // Visible batches: those holding records from `start` up to the durable high watermark.
     let from = index.partition_point(|e| e.last_offset < start);
     let to = index.partition_point(|e| e.base_offset < high_watermark);
     let visible = &index[from.min(to)..to];
@@ -156,17 +200,35 @@ fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Loo
             Lookup::WalkBatch {
                 entry: *entry,
                 target,
-                min_offset: start,
+                from_offset: start,
             }
         }
     };
     match target {
         LATEST => Lookup::Answer(high_watermark, -1),
         EARLIEST | EARLIEST_LOCAL => Lookup::Answer(partition.log_start_offset, -1),
-        MAX_TIMESTAMP => visible
-            .iter()
-            .max_by_key(|e| (e.max_timestamp, std::cmp::Reverse(e.base_offset)))
-            .map_or(Lookup::Answer(-1, -1), |e| answer_in(e, e.max_timestamp)),
+        // The running maximum through the last visible batch is their largest timestamp, and
+        // the first batch reaching it holds it: two lookups under the lock, no scan.
+        MAX_TIMESTAMP => {
+            let index_covers = partition.time_index.len() == index.len() && from == 0;
+            let max = index_covers
+                .then(|| partition.time_index.max_through(to))
+                .flatten();
+            let position = match max {
+                Some(max) => partition.time_index.first_reaching(index, 0, max),
+                None => visible
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, e)| (e.max_timestamp, std::cmp::Reverse(e.base_offset)))
+                    .map(|(i, _)| from + i),
+            };
+            position
+                .filter(|&position| position < to)
+                .map_or(Lookup::Answer(-1, -1), |position| {
+                    let entry = &index[position];
+                    answer_in(entry, entry.max_timestamp)
+                })
+        }
         target if target >= 0 => partition
             .time_index
             .first_reaching(index, from, target)
@@ -178,25 +240,32 @@ fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Loo
     }
 }
 
-/// Reads one batch and returns the first record whose timestamp reaches `target`.
+/// Reads one batch and returns its first record at or above `from_offset` whose timestamp
+/// reaches `target`, if any.
 async fn find_in_batch(
     broker: &Broker,
     topic_id: &TopicId,
     partition: i32,
     entry: &IndexEntry,
     target: i64,
-    min_offset: i64,
-) -> Result<(i64, i64), i16> {
-    let first = entry.base_offset.max(min_offset);
+    from_offset: i64,
+) -> Result<Option<(i64, i64)>, i16> {
     let plan = broker
         .fetch
-        .plan(topic_id, partition, first, 0, true)
+        // Reads below the log start are refused; the batch holding the start is read from it.
+        .plan(
+            topic_id,
+            partition,
+            entry.base_offset.max(from_offset),
+            0,
+            true,
+        )
         .map_err(|_| error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let data = broker.fetch.read(plan).await.map_err(|error| {
         warn!(%error, "list offsets: batch read failed");
         error_code::KAFKA_STORAGE_ERROR
     })?;
-    let fallback = (first, entry.max_timestamp);
+    let fallback = Some((entry.base_offset.max(from_offset), entry.max_timestamp));
     let Some(batch) = split_and_validate(&data.records)
         .ok()
         .and_then(|batches| batches.into_iter().next())
@@ -214,15 +283,14 @@ async fn find_in_batch(
             records::walk(header, &section, |record| {
                 let timestamp = record.timestamp(header);
                 let offset = header.base_offset + i64::from(record.offset_delta);
-                if found.is_none() && timestamp >= target && offset >= first {
+                if found.is_none() && offset >= from_offset && timestamp >= target {
                     found = Some((offset, timestamp));
                 }
             })?;
             Ok(found)
         });
     match walked {
-        Ok(Some(answer)) => Ok(answer),
-        Ok(None) => Ok(fallback),
+        Ok(found) => Ok(found),
         Err(error) => {
             // Batches stored before record validation existed may not decode: answer at
             // batch precision rather than not at all.
@@ -317,7 +385,7 @@ mod tests {
             Lookup::WalkBatch {
                 entry: p.index[1],
                 target: 350,
-                min_offset: 0
+                from_offset: 0
             }
         );
         assert_eq!(
@@ -325,28 +393,35 @@ mod tests {
             Lookup::WalkBatch {
                 entry: p.index[1],
                 target: 500,
-                min_offset: 0
+                from_offset: 0
             }
         );
         // LogAppendTime: every record of a batch carries its max timestamp.
         assert_eq!(lookup(&p, 350, true), Lookup::Answer(2, 500));
-        // A log start inside batch 1 (offsets 2..=4): only its records from 3 on count.
-        let mut trimmed = p.clone();
-        trimmed.log_start_offset = 3;
-        trimmed.index.remove(0);
-        trimmed.time_index = weir_control::TimeIndex::rebuild(&trimmed.index);
-        assert_eq!(lookup(&trimmed, EARLIEST, false), Lookup::Answer(3, -1));
-        assert_eq!(
-            lookup(&trimmed, 50, false),
-            Lookup::WalkBatch {
-                entry: p.index[1],
-                target: 50,
-                min_offset: 3
-            }
-        );
-        assert_eq!(lookup(&trimmed, 50, true), Lookup::Answer(3, 500));
         // Not yet durable batches are invisible.
         p.stable_high_watermark = 2;
         assert_eq!(lookup(&p, 350, false), Lookup::Answer(-1, -1));
+    }
+
+    /// DeleteRecords put the log start at 3, inside the batch 2–4: only its records from 3 on
+    /// are answers, so it is walked even where its first record would answer.
+    #[test]
+    fn test_offsets_lookup_skips_records_below_a_start_inside_a_batch() {
+        let mut p = partition();
+        p.time_index = weir_control::TimeIndex::rebuild(&p.index);
+        p.log_start_offset = 3;
+        let walk = |target| Lookup::WalkBatch {
+            entry: p.index[1],
+            target,
+            from_offset: 3,
+        };
+        assert_eq!(lookup(&p, EARLIEST, false), Lookup::Answer(3, -1));
+        assert_eq!(lookup(&p, 50, false), walk(50), "not the deleted batch 0-1");
+        assert_eq!(lookup(&p, 300, false), walk(300), "not record 2");
+        assert_eq!(lookup(&p, 350, false), walk(350));
+        assert_eq!(lookup(&p, 350, true), Lookup::Answer(3, 500));
+        // After the straddling batch yields nothing: the batches after it.
+        assert_eq!(lookup_from(&p, 5, 350, false), Lookup::Answer(5, 400));
+        assert_eq!(lookup_from(&p, 5, 450, false), Lookup::Answer(-1, -1));
     }
 }

@@ -50,8 +50,16 @@ pub(crate) struct Agent {
 
 impl Agent {
     pub(crate) async fn start(settings: BrokerSettings, produce: ProduceSettings) -> Agent {
+        Agent::start_on(settings, produce, Arc::new(InMemory::new())).await
+    }
+
+    /// An agent whose metadata log lives in `control_store` (a test may make it fail).
+    pub(crate) async fn start_on(
+        settings: BrokerSettings,
+        produce: ProduceSettings,
+        control_store: Arc<dyn ObjectStore>,
+    ) -> Agent {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let control_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let control = ControlPlane::open(control_store, ControlPlaneSettings::default(), 3)
             .await
             .unwrap();
