@@ -21,6 +21,7 @@ mod audit;
 mod client;
 mod driver;
 mod gate;
+mod ledger;
 mod replay;
 
 pub use audit::Breaches;
