@@ -312,6 +312,8 @@ struct Consumer {
     unchecked: Vec<Consumed>,
     /// A plan read at a later step (a fetch that waits before it reads, as a slow connection).
     held: Option<Held>,
+    /// Reads nothing until then (a consumer that falls behind).
+    paused_until: Option<tokio::time::Instant>,
 }
 
 /// One batch a consumer received.

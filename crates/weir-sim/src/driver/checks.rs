@@ -18,6 +18,12 @@ impl World {
         }
         let now = tokio::time::Instant::now();
         for partition in 0..self.scenario.partitions {
+            if self.consumers[partition as usize]
+                .paused_until
+                .is_some_and(|until| until > now)
+            {
+                continue;
+            }
             let held = match self.consumers[partition as usize].held.take() {
                 Some(held) if held.read_at > now => {
                     self.consumers[partition as usize].held = Some(held);
@@ -44,7 +50,8 @@ impl World {
     fn plan(&mut self, incarnation: usize, topic: TopicId, partition: i32) -> Option<Held> {
         let fetch = self.incarnations[incarnation].fetch.clone();
         let offset = self.consumers[partition as usize].next_offset;
-        let plan = match fetch.plan(&topic, partition, offset, 16 * 1024, true) {
+        let max_bytes = self.scenario.gc.fetch_max_bytes;
+        let plan = match fetch.plan(&topic, partition, offset, max_bytes, true) {
             Ok(plan) if !plan.is_empty() => plan,
             Ok(_) => return None,
             Err(weir_fetch::FetchError::OffsetOutOfRange {

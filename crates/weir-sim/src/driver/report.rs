@@ -48,6 +48,8 @@ pub struct SimReport {
     pub log_start_advance: u64,
     /// Data files a gate saw deleted (distinct keys).
     pub files_deleted: u64,
+    /// Times a consumer stopped reading for a while.
+    pub consumer_pauses: u32,
     /// Consumer resets to the log start after `OffsetOutOfRange`.
     pub consumer_resets: u64,
     /// Fetch plans held before reading; of those, refused as older than the plan TTL.
@@ -82,7 +84,7 @@ impl fmt::Display for SimReport {
             "seed {} [{}]: {} — {} steps, {:.1} s simulated, {} requests, {} batches / {} records \
              acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
-             outages, {} metadata create conflicts, {} consumed ({} resets to the log start, {} \
+             outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired); {} retention passes, {} DeleteRecords, log starts moved \
              {}, {} files deleted, {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
@@ -105,6 +107,7 @@ impl fmt::Display for SimReport {
             self.log_outages,
             self.create_conflicts,
             self.consumed_batches,
+            self.consumer_pauses,
             self.consumer_resets,
             self.held_plans,
             self.expired_plans,

@@ -30,6 +30,10 @@ pub(super) struct GcScenario {
     /// Fetches read through a cache of their own with no room (every read goes to a bucket)
     /// instead of the pipeline's write-through cache.
     pub(super) uncached_reads: bool,
+    /// A fetch's byte limit: small with uncached reads, where every file of a plan is a GET
+    /// and one failed GET fails the whole read (at 5 % errors a plan over dozens of files
+    /// would almost never be read).
+    pub(super) fetch_max_bytes: usize,
     /// Per-step probabilities: a retention pass, a DeleteRecords, a consumer holding its plan.
     pub(super) p_retention: f64,
     pub(super) p_delete_records: f64,
@@ -41,6 +45,9 @@ pub(super) struct GcScenario {
     /// Per-step probability that a data bucket's PUTs start (or stop) lagging by 2–8 s (only
     /// with more buckets than the quorum): late copies.
     pub(super) p_put_lag: f64,
+    /// Per-step probability that a consumer stops reading for 0.3–2 s, then reads on from where
+    /// it was: near the log start, where retention releases files under its plans.
+    pub(super) p_pause_consumer: f64,
 }
 
 impl GcScenario {
@@ -48,19 +55,35 @@ impl GcScenario {
         let limits = rng.usize(..4);
         let grace = Duration::from_millis(rng.u64(500..=3_000));
         let fifth = grace / 5;
+        let uncached_reads = rng.f64() < 0.75;
+        let fetch_max_bytes = if uncached_reads {
+            [512, 2_048][rng.usize(..2)]
+        } else {
+            16 * 1024
+        };
         GcScenario {
-            retention_ms: (limits & 1 != 0).then(|| rng.i64(200..=5_000)),
+            // Half of the time-limited seeds keep under a second: batches are dropped while
+            // consumers still hold plans that name them.
+            retention_ms: (limits & 1 != 0).then(|| {
+                if rng.bool() {
+                    rng.i64(200..=1_000)
+                } else {
+                    rng.i64(1_000..=5_000)
+                }
+            }),
             retention_bytes: (limits & 2 != 0).then(|| rng.i64(300..=8_000)),
             grace,
-            deleter_interval: Duration::from_millis(rng.u64(50..=500)),
+            deleter_interval: Duration::from_millis(rng.u64(20..=150)),
             plan_ttl: fifth,
             read_timeout: fifth,
-            uncached_reads: rng.bool(),
+            uncached_reads,
+            fetch_max_bytes,
             p_retention: [0.02, 0.05, 0.1][rng.usize(..3)],
-            p_delete_records: [0.0, 0.003, 0.01][rng.usize(..3)],
-            p_hold_plan: [0.0, 0.2, 0.5][rng.usize(..3)],
-            p_slow_log: [0.0, 0.002, 0.005][rng.usize(..3)],
+            p_delete_records: [0.0, 0.005, 0.02][rng.usize(..3)],
+            p_hold_plan: [0.1, 0.3, 0.6][rng.usize(..3)],
+            p_slow_log: [0.0, 0.003, 0.008][rng.usize(..3)],
             p_put_lag: [0.0, 0.004, 0.01][rng.usize(..3)],
+            p_pause_consumer: [0.0, 0.005, 0.01][rng.usize(..3)],
         }
     }
 
@@ -111,7 +134,7 @@ impl World {
             let faults = &self.log_bucket.faults;
             let slow = if !is_slow {
                 self.report.slow_logs += 1;
-                self.gc_rng.u64(300..=1_500)
+                self.gc_rng.u64(300..=2_000)
             } else {
                 0
             };
@@ -130,6 +153,13 @@ impl World {
             };
             faults.put_lag_ms.store(lag, Ordering::SeqCst);
             self.event(&format!("bucket {index} put lag={lag}ms"));
+        }
+        if self.gc_rng.f64() < gc.p_pause_consumer {
+            let partition = self.gc_rng.usize(..self.consumers.len());
+            let pause = Duration::from_millis(self.gc_rng.u64(300..=2_000));
+            self.consumers[partition].paused_until = Some(tokio::time::Instant::now() + pause);
+            self.report.consumer_pauses += 1;
+            self.event(&format!("p{partition}: consumer pauses {pause:?}"));
         }
         let (Some(newest), Some(topic)) = (self.newest_live(), self.topic) else {
             return;
