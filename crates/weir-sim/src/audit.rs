@@ -178,6 +178,11 @@ impl Auditor {
             .map_or(0, |p| p.log_start_offset)
     }
 
+    /// The epoch of the newest writer in the durable log as of the last [`Self::catch_up`].
+    pub(crate) fn durable_epoch(&self) -> u64 {
+        self.durable.state().epoch
+    }
+
     /// The batch that was durable at `base_offset` of `partition` at some audit, if any.
     pub(crate) fn ever_placed(&self, partition: usize, base_offset: i64) -> Option<&Placed> {
         self.history.get(partition)?.get(&base_offset)

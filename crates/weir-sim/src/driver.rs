@@ -323,6 +323,8 @@ struct Consumed {
     count: i32,
     /// The durable log start when its fetch was planned.
     durable_start: i64,
+    /// Planned by a deposed writer (see [`Held::deposed`]).
+    deposed: bool,
 }
 
 /// A fetch plan and when it was made, waiting to be read.
@@ -332,6 +334,10 @@ struct Held {
     planned_at: tokio::time::Instant,
     read_at: tokio::time::Instant,
     durable_start: i64,
+    /// The planning agent's epoch was below the durable log's newest when it planned: a writer
+    /// deposed while idle serves its last view until it next writes (no lease yet), so its plan
+    /// may name batches below a start the new writer moved, and files its deleter removed.
+    deposed: bool,
 }
 
 struct World {

@@ -78,12 +78,16 @@ impl World {
         } else {
             Duration::ZERO
         };
+        let epoch = self.incarnations[incarnation]
+            .control
+            .read(|state| state.epoch);
         Some(Held {
             plan,
             incarnation,
             planned_at,
             read_at: planned_at + wait,
             durable_start: self.auditor.durable_log_start(&topic, partition),
+            deposed: epoch < self.auditor.durable_epoch(),
         })
     }
 
@@ -102,7 +106,11 @@ impl World {
             }
             Ok(Err(err)) => {
                 let message = err.to_string();
-                self.check_read_error(partition, held.planned_at, &message);
+                if held.deposed {
+                    self.report.deposed_reads += 1;
+                } else {
+                    self.check_read_error(partition, held.planned_at, &message);
+                }
                 self.event(&format!("p{partition}: read failed: {message}"));
                 return;
             }
@@ -151,6 +159,7 @@ impl World {
                 id,
                 count: header.last_offset_delta + 1,
                 durable_start: held.durable_start,
+                deposed: held.deposed,
             });
             self.report.consumed_batches += 1;
         }
@@ -293,7 +302,8 @@ impl World {
     }
 
     /// Consumers only ever read durable batches, at their durable offsets, and never one wholly
-    /// below a log start that was durable when their fetch was planned. A batch below today's
+    /// below a log start that was durable when their fetch was planned (unless a deposed writer
+    /// planned it: counted, see [`Held::deposed`]). A batch below today's
     /// start is compared with what the auditor saw there (unverifiable if it came and went
     /// between two audits).
     pub(super) fn check_consumed(&mut self, shadow: &Shadow, messages: &mut Vec<String>) {
@@ -304,9 +314,12 @@ impl World {
                     id,
                     count,
                     durable_start,
+                    deposed,
                 } = read;
                 let last = base_offset + i64::from(count) - 1;
-                if last < durable_start {
+                if last < durable_start && deposed {
+                    self.report.deposed_reads += 1;
+                } else if last < durable_start {
                     messages.push(format!(
                         "p{partition}: consumer read {id} at {base_offset}, wholly below the log \
                          start {durable_start} durable when its fetch was planned"

@@ -50,6 +50,9 @@ pub struct SimReport {
     pub files_deleted: u64,
     /// Times a consumer stopped reading for a while.
     pub consumer_pauses: u32,
+    /// Batches read below the durable log start, or reads failed, on plans of a writer deposed
+    /// while idle (it serves its last view until it next writes: no lease yet).
+    pub deposed_reads: u64,
     /// Consumer resets to the log start after `OffsetOutOfRange`.
     pub consumer_resets: u64,
     /// Fetch plans held before reading; of those, refused as older than the plan TTL.
@@ -85,7 +88,7 @@ impl fmt::Display for SimReport {
              acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
-             held plans, {} expired); {} retention passes, {} DeleteRecords, log starts moved \
+             held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
              {}, {} files deleted, {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
@@ -111,6 +114,7 @@ impl fmt::Display for SimReport {
             self.consumer_resets,
             self.held_plans,
             self.expired_plans,
+            self.deposed_reads,
             self.retention_ticks,
             self.delete_records,
             self.log_start_advance,
