@@ -2,6 +2,13 @@
 //! would (snapshot + replay of the raw metadata log, no faults, no caches), reads each committed
 //! batch's header straight from the raw bucket bytes, and checks the invariants against what the
 //! clients were told and what the consumers read.
+//!
+//! The durable log of a partition starts at its log start: retention and DeleteRecords move it
+//! forward (DUR-2 permits that), so batches below it are gone legitimately. The auditor keeps
+//! every batch it ever saw durable (`history`), so what a consumer read below today's start can
+//! still be checked, and an id that turns up at a second place is caught even when the first
+//! one has been dropped since. Every DELETE a gate saw is checked against the durable state of
+//! that moment (GC-1), replayed incrementally by [`crate::replay::Incremental`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,7 +21,9 @@ use weir_control::{IndexEntry, State};
 use weir_protocol::batch::BatchHeader;
 use weir_storage::keys;
 
-use crate::client::BatchId;
+use crate::client::{BatchId, Stamps};
+use crate::ledger::DeleteLedger;
+use crate::replay::Incremental;
 
 /// What a committed batch is, read from its bytes in a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,14 +44,19 @@ pub(crate) struct Placed {
 /// The durable log of the simulated topic, as recovery would find it.
 #[derive(Debug)]
 pub(crate) struct Shadow {
+    /// Each partition's batches from its log start.
     pub(crate) partitions: Vec<Vec<Placed>>,
+    pub(crate) log_starts: Vec<i64>,
+    pub(crate) high_watermarks: Vec<i64>,
 }
 
 impl Shadow {
     pub(crate) fn high_watermark(&self, partition: usize) -> i64 {
-        self.partitions[partition]
-            .last()
-            .map_or(0, |placed| placed.entry.last_offset + 1)
+        self.high_watermarks[partition]
+    }
+
+    pub(crate) fn log_start(&self, partition: usize) -> i64 {
+        self.log_starts[partition]
     }
 
     /// The batch starting at `base_offset`, if any.
@@ -76,10 +90,22 @@ pub(crate) struct Auditor {
     quorum: usize,
     /// Batch identity by (file, byte offset): files never change once written.
     identities: BTreeMap<(FileId, u64), Seen>,
-    /// Files whose holders were checked to hold them.
+    /// Files whose holders were checked to hold them (cleared after any delete).
     files_checked: BTreeSet<FileId>,
     /// Most dead slots (of deposed writers) one replay skipped.
     pub(crate) max_dead_slots: u64,
+    /// The DELETEs the data buckets' gates saw.
+    ledger: Arc<DeleteLedger>,
+    /// The independent replay, as far as the log was durable when last asked.
+    durable: Incremental,
+    /// Per partition, every batch ever seen in a durable shadow, by base offset.
+    history: Vec<BTreeMap<i64, Placed>>,
+    /// Where each batch was first seen durable (partition, base offset).
+    first_place: BTreeMap<BatchId, (usize, i64)>,
+    /// Per partition, the log start of the last shadow.
+    log_starts: Vec<i64>,
+    /// Offsets the durable log starts moved forward by, over all partitions.
+    pub(crate) log_start_advance: u64,
 }
 
 impl Auditor {
@@ -87,6 +113,7 @@ impl Auditor {
         raw_control: Arc<InMemory>,
         raw_buckets: Vec<Arc<InMemory>>,
         quorum: usize,
+        ledger: Arc<DeleteLedger>,
     ) -> Auditor {
         Auditor {
             raw_control,
@@ -95,7 +122,70 @@ impl Auditor {
             identities: BTreeMap::new(),
             files_checked: BTreeSet::new(),
             max_dead_slots: 0,
+            ledger,
+            durable: Incremental::default(),
+            history: Vec::new(),
+            first_place: BTreeMap::new(),
+            log_starts: Vec::new(),
+            log_start_advance: 0,
         }
+    }
+
+    /// GC-1: every DELETE a gate saw since the last call was of a file the durable state of that
+    /// moment no longer indexes; then the incremental replay catches up with the durable log.
+    /// After any delete, every indexed file's holders are checked again (DUR-1 after deletes).
+    pub(crate) async fn catch_up(&mut self, violations: &mut Vec<String>) {
+        let deletes = self.ledger.take();
+        if !deletes.is_empty() {
+            self.files_checked.clear();
+        }
+        for delete in deletes {
+            if let Err(err) = self
+                .durable
+                .advance(&self.raw_control, delete.durable_slots)
+                .await
+            {
+                violations.push(format!("the durable metadata log does not replay: {err}"));
+                return;
+            }
+            let file = delete.key.filename().unwrap_or_default();
+            let indexed = self
+                .durable
+                .state()
+                .files
+                .keys()
+                .find(|id| file == format!("{id}.weir"));
+            if let Some(id) = indexed {
+                violations.push(format!(
+                    "GC-1: bucket {} saw a DELETE of file {id}, which the durable state (slots \
+                     0..{}) still indexes",
+                    delete.bucket,
+                    self.durable.next_seq()
+                ));
+            }
+        }
+        if let Err(err) = self.durable.advance(&self.raw_control, u64::MAX).await {
+            violations.push(format!("the durable metadata log does not replay: {err}"));
+        }
+    }
+
+    /// The durable log start of `partition` as of the last [`Self::catch_up`] (0 before the
+    /// topic is durable).
+    pub(crate) fn durable_log_start(&self, topic: &TopicId, partition: i32) -> i64 {
+        self.durable
+            .state()
+            .partition(topic, partition)
+            .map_or(0, |p| p.log_start_offset)
+    }
+
+    /// The epoch of the newest writer in the durable log as of the last [`Self::catch_up`].
+    pub(crate) fn durable_epoch(&self) -> u64 {
+        self.durable.state().epoch
+    }
+
+    /// The batch that was durable at `base_offset` of `partition` at some audit, if any.
+    pub(crate) fn ever_placed(&self, partition: usize, base_offset: i64) -> Option<&Placed> {
+        self.history.get(partition)?.get(&base_offset)
     }
 
     /// Forgets what was read, so the next audit re-reads every batch from the raw buckets
@@ -124,6 +214,7 @@ impl Auditor {
         &mut self,
         topic: TopicId,
         partitions: i32,
+        stamps: &Stamps,
         violations: &mut Vec<String>,
     ) -> Option<Shadow> {
         let log = LogStore::new(self.raw_control.clone(), 1);
@@ -138,6 +229,8 @@ impl Auditor {
             }
         };
         let mut out = Vec::new();
+        let mut log_starts = Vec::new();
+        let mut high_watermarks = Vec::new();
         for partition in 0..partitions {
             let Some(p) = state.partition(&topic, partition) else {
                 violations.push(format!("partition {partition} missing from durable state"));
@@ -151,22 +244,85 @@ impl Auditor {
             }
             let mut placed = Vec::with_capacity(p.index.len());
             for entry in &p.index {
-                let seen = self.identify(&state, entry, violations).await?;
+                let seen = self.identify(&state, entry, stamps, violations).await?;
                 placed.push(Placed {
                     entry: *entry,
                     seen,
                 });
             }
-            let last = placed.last().map_or(0, |b| b.entry.last_offset + 1);
+            let last = placed
+                .last()
+                .map_or(p.log_start_offset, |b| b.entry.last_offset + 1);
             if last != p.high_watermark {
                 violations.push(format!(
                     "p{partition}: index ends at {last}, high watermark {}",
                     p.high_watermark
                 ));
             }
+            self.check_log_start(
+                partition as usize,
+                p.log_start_offset,
+                p.high_watermark,
+                violations,
+            );
+            self.remember(partition as usize, &placed, violations);
+            log_starts.push(p.log_start_offset);
+            high_watermarks.push(p.high_watermark);
             out.push(placed);
         }
-        Some(Shadow { partitions: out })
+        Some(Shadow {
+            partitions: out,
+            log_starts,
+            high_watermarks,
+        })
+    }
+
+    /// DUR-2 and the log start's rules: it never moves backwards and never past the high
+    /// watermark.
+    fn check_log_start(
+        &mut self,
+        partition: usize,
+        start: i64,
+        high_watermark: i64,
+        violations: &mut Vec<String>,
+    ) {
+        if self.log_starts.len() <= partition {
+            self.log_starts.resize(partition + 1, 0);
+        }
+        let previous = self.log_starts[partition];
+        if start < previous {
+            violations.push(format!(
+                "p{partition}: the durable log start went back from {previous} to {start}"
+            ));
+        } else {
+            self.log_start_advance += (start - previous) as u64;
+        }
+        if start > high_watermark {
+            violations.push(format!(
+                "p{partition}: the durable log start {start} is past the high watermark \
+                 {high_watermark}"
+            ));
+        }
+        self.log_starts[partition] = start;
+    }
+
+    /// Adds a shadow's batches to the history; a batch durable at two places is a breach even
+    /// when one of them is below today's log start.
+    fn remember(&mut self, partition: usize, placed: &[Placed], violations: &mut Vec<String>) {
+        if self.history.len() <= partition {
+            self.history.resize_with(partition + 1, BTreeMap::new);
+        }
+        for batch in placed {
+            let here = (partition, batch.entry.base_offset);
+            let first = *self.first_place.entry(batch.seen.id).or_insert(here);
+            if first != here {
+                violations.push(format!(
+                    "{} durable at p{}@{} and earlier at p{}@{}",
+                    batch.seen.id, here.0, here.1, first.0, first.1
+                ));
+            }
+            self.history[partition].insert(batch.entry.base_offset, *batch);
+        }
     }
 
     /// Reads the batch's header from a holder (first time only) and checks every holder has
@@ -175,11 +331,9 @@ impl Auditor {
         &mut self,
         state: &State,
         entry: &IndexEntry,
+        stamps: &Stamps,
         violations: &mut Vec<String>,
     ) -> Option<Seen> {
-        if let Some(seen) = self.identities.get(&(entry.file_id, entry.byte_offset)) {
-            return Some(*seen);
-        }
         let key = keys::ingest_file(&entry.file_id.to_string(), entry.file_id.unix_ms());
         let Some(meta) = state.files.get(&entry.file_id) else {
             violations.push(format!(
@@ -210,6 +364,9 @@ impl Auditor {
                 }
             }
         }
+        if let Some(seen) = self.identities.get(&(entry.file_id, entry.byte_offset)) {
+            return Some(*seen);
+        }
         let holder = usize::from(*meta.buckets.first()?);
         let range = entry.byte_offset..entry.byte_offset + u64::from(entry.len);
         let bytes = match self.raw_buckets[holder].get_range(&key, range).await {
@@ -226,7 +383,7 @@ impl Auditor {
                 return None;
             }
         };
-        let Some(id) = BatchId::from_timestamp(header.first_timestamp) else {
+        let Some(id) = stamps.id(header.first_timestamp) else {
             violations.push(format!(
                 "batch of {} has a foreign timestamp {}",
                 entry.file_id, header.first_timestamp
@@ -257,7 +414,19 @@ impl Auditor {
 pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breaches {
     let mut breaches = Breaches::default();
     for (partition, batches) in shadow.partitions.iter().enumerate() {
-        let mut next_offset = 0i64;
+        let start = shadow.log_start(partition);
+        // The first batch holds the log start (the start may fall inside it).
+        let mut next_offset = match batches.first() {
+            Some(first) if first.entry.base_offset <= start => first.entry.base_offset,
+            _ => start,
+        };
+        if let Some(first) = batches.first().filter(|b| b.entry.last_offset < start) {
+            breaches.gaps += 1;
+            violations.push(format!(
+                "p{partition}: batch {} at {} is wholly below the log start {start} yet indexed",
+                first.seen.id, first.entry.base_offset
+            ));
+        }
         let mut seen_ids: BTreeMap<BatchId, i64> = BTreeMap::new();
         let mut next_sequence: BTreeMap<i64, i32> = BTreeMap::new();
         let mut last_plain: BTreeMap<u32, u32> = BTreeMap::new();
@@ -280,8 +449,13 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
                 ));
             }
             if seen.producer_id >= 0 {
-                // Simulated producers start every partition at sequence 0 and never skip.
-                let expected = next_sequence.get(&seen.producer_id).copied().unwrap_or(0);
+                // Simulated producers start every partition at sequence 0 and never skip; a
+                // producer's first batch above a moved log start may continue anywhere.
+                let expected = match next_sequence.get(&seen.producer_id) {
+                    Some(next) => *next,
+                    None if start > 0 => seen.base_sequence,
+                    None => 0,
+                };
                 if seen.base_sequence != expected {
                     breaches.reordered += 1;
                     violations.push(format!(

@@ -1,17 +1,13 @@
 //! Simulated producers: what they sent, what came back, and what they retry.
 //!
-//! Each batch carries its identity in its first timestamp (client and batch number), so the
-//! auditor can tell every batch in the log apart without trusting anything the agent computed.
+//! Each batch carries its identity in its first timestamp (unique per batch, see [`Stamps`]), so
+//! the auditor can tell every batch in the log apart without trusting anything the agent computed.
 //! Idempotent clients behave like a Kafka idempotent producer: at most five batches in flight per
 //! partition, and a failed or unanswered batch is re-sent with its original sequence number, in
 //! sequence order, once nothing else of its partition is in flight. Plain clients never retry, so
 //! every batch of theirs must appear at most once in the log too.
 
 use std::collections::BTreeMap;
-
-/// First timestamps are `TS_BASE + client * TS_CLIENT_STRIDE + number`.
-const TS_BASE: i64 = 1_700_000_000_000;
-const TS_CLIENT_STRIDE: i64 = 10_000_000;
 
 /// Batches of one partition an idempotent producer keeps in flight (Kafka's limit).
 pub(crate) const MAX_IN_FLIGHT_PER_PARTITION: usize = 5;
@@ -23,20 +19,27 @@ pub(crate) struct BatchId {
     pub(crate) number: u32,
 }
 
-impl BatchId {
-    pub(crate) fn timestamp(self) -> i64 {
-        TS_BASE + i64::from(self.client) * TS_CLIENT_STRIDE + i64::from(self.number)
+/// First timestamps: each batch gets its own, near the simulated wall clock (so `retention.ms`
+/// drops batches by age as it would in production), and the auditor maps a timestamp read from
+/// bucket bytes back to the batch without trusting anything the agent computed.
+#[derive(Debug, Default)]
+pub(crate) struct Stamps {
+    last: i64,
+    ids: BTreeMap<i64, BatchId>,
+}
+
+impl Stamps {
+    /// A timestamp for `id`: the clock's `now_ms`, or one past the last one handed out.
+    pub(crate) fn stamp(&mut self, now_ms: i64, id: BatchId) -> i64 {
+        let timestamp = now_ms.max(self.last + 1);
+        self.last = timestamp;
+        self.ids.insert(timestamp, id);
+        timestamp
     }
 
-    pub(crate) fn from_timestamp(timestamp: i64) -> Option<BatchId> {
-        let relative = timestamp.checked_sub(TS_BASE)?;
-        if relative < 0 {
-            return None;
-        }
-        Some(BatchId {
-            client: u32::try_from(relative / TS_CLIENT_STRIDE).ok()?,
-            number: u32::try_from(relative % TS_CLIENT_STRIDE).ok()?,
-        })
+    /// The batch a first timestamp belongs to (`None`: no simulated client built it).
+    pub(crate) fn id(&self, timestamp: i64) -> Option<BatchId> {
+        self.ids.get(&timestamp).copied()
     }
 }
 
@@ -50,6 +53,8 @@ impl std::fmt::Display for BatchId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Batch {
     pub(crate) id: BatchId,
+    /// First timestamp, from [`Stamps`]; the same on every send.
+    pub(crate) timestamp: i64,
     pub(crate) partition: i32,
     pub(crate) count: i32,
     /// Base sequence; -1 for plain clients.
@@ -110,18 +115,24 @@ impl Client {
         }
     }
 
-    /// A new batch for `partition`, registered as in flight.
-    pub(crate) fn new_batch(&mut self, partition: i32, count: i32) -> Batch {
-        let id = BatchId {
+    /// The id the next new batch gets.
+    pub(crate) fn next_id(&self) -> BatchId {
+        BatchId {
             client: self.id,
             number: self.next_number,
-        };
+        }
+    }
+
+    /// A new batch for `partition` stamped `timestamp`, registered as in flight.
+    pub(crate) fn new_batch(&mut self, partition: i32, count: i32, timestamp: i64) -> Batch {
+        let id = self.next_id();
         self.next_number += 1;
         match self.kind {
             Kind::Idempotent => {
                 let stream = self.streams.entry(partition).or_default();
                 let batch = Batch {
                     id,
+                    timestamp,
                     partition,
                     count,
                     sequence: stream.next_sequence,
@@ -134,6 +145,7 @@ impl Client {
             Kind::Plain => {
                 let batch = Batch {
                     id,
+                    timestamp,
                     partition,
                     count,
                     sequence: -1,
@@ -209,19 +221,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn test_batch_id_round_trips_through_timestamp() {
-        for (client, number) in [(0, 0), (3, 17), (9, 9_999_999)] {
-            let id = BatchId { client, number };
-            assert_eq!(BatchId::from_timestamp(id.timestamp()), Some(id));
-        }
-        assert_eq!(BatchId::from_timestamp(5), None);
+    fn test_stamps_are_unique_and_map_back() {
+        let mut stamps = Stamps::default();
+        let a = BatchId {
+            client: 0,
+            number: 0,
+        };
+        let b = BatchId {
+            client: 3,
+            number: 17,
+        };
+        assert_eq!(stamps.stamp(1_000, a), 1_000);
+        // Two batches in the same millisecond get different timestamps.
+        assert_eq!(stamps.stamp(1_000, b), 1_001);
+        assert_eq!(stamps.id(1_000), Some(a));
+        assert_eq!(stamps.id(1_001), Some(b));
+        assert_eq!(stamps.id(5), None);
     }
 
     #[test]
     fn test_idempotent_stream_resends_in_sequence_order() {
         let mut client = Client::new(1, Kind::Idempotent);
-        let a = client.new_batch(0, 3);
-        let b = client.new_batch(0, 2);
+        let a = client.new_batch(0, 3, 10);
+        let b = client.new_batch(0, 2, 11);
         assert_eq!((a.sequence, b.sequence), (0, 3));
         assert!(client.streams[&0].can_send_new());
         // b fails first, a goes unanswered: nothing is re-sent while a is in flight.

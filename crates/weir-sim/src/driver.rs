@@ -1,12 +1,16 @@
-//! The simulated world and its step loop. Faults live in [`faults`], agents and clients in
-//! [`agents`], consumers and audits in [`checks`].
+//! The simulated world and its step loop. Faults live in [`faults`], retention, DeleteRecords
+//! and the file deleter in [`retention`], agents and clients in [`agents`], consumers and audits
+//! in [`checks`], the per-seed report in [`report`].
 
 mod agents;
 mod checks;
 mod faults;
+mod report;
+mod retention;
+
+pub use report::SimReport;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,9 +33,11 @@ use weir_storage::{
     QuorumWriter, ReadCache,
 };
 
-use crate::audit::{check_log, Auditor, Breaches, Shadow};
-use crate::client::{Batch, BatchId, Client, Kind};
+use crate::audit::{check_log, Auditor, Shadow};
+use crate::client::{Batch, BatchId, Client, Kind, Stamps};
 use crate::gate::{BucketFaults, Gate};
+use crate::ledger::DeleteLedger;
+use retention::GcScenario;
 
 const TOPIC: &str = "sim";
 /// Upper bound on simulated time for the heal phase to converge.
@@ -72,93 +78,6 @@ impl Default for SimOptions {
             print_events: false,
             sabotage: Sabotage::None,
         }
-    }
-}
-
-/// What one seed did and found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SimReport {
-    pub seed: u64,
-    /// The deployment and fault mix the seed chose.
-    pub scenario: String,
-    pub steps: u32,
-    pub sim_millis: u64,
-    pub requests: u64,
-    pub acked_batches: u64,
-    pub acked_records: u64,
-    /// Sends of an idempotent batch after its first.
-    pub resends: u64,
-    /// Plain batches that failed or went unanswered (not retried; may or may not be in the log).
-    pub plain_unacked: u64,
-    /// Idempotent sends the control plane refused as out of sequence (retried in order).
-    pub out_of_sequence: u64,
-    pub crashes: u32,
-    pub takeovers: u32,
-    pub bucket_outages: u32,
-    pub slowdowns: u32,
-    pub log_outages: u32,
-    pub failed_opens: u32,
-    /// Two agents recovering at once, the first one's claim overtaken by the second (slow
-    /// first recovery): the interleaving of a rolling restart that starts the new agent early.
-    pub overlapping_recoveries: u32,
-    /// Claims lost to a later writer and made again while opening (`EpochTaken`).
-    pub overtaken_claims: u32,
-    /// Most dead log slots (written by a deposed writer) one replay skipped.
-    pub dead_slots: u64,
-    /// Create-only PUTs of the metadata bucket answered `AlreadyExists` with nothing written.
-    pub create_conflicts: u64,
-    pub consumed_batches: u64,
-    pub audits: u32,
-    /// Breaches found by the final audit.
-    pub final_audit: Breaches,
-    /// Every invariant violation seen at any step (the first few verbatim).
-    pub violation_count: u64,
-    pub violations: Vec<String>,
-    /// Hash of every event in order: equal for two runs of one seed.
-    pub trace_hash: u64,
-}
-
-impl SimReport {
-    pub fn passed(&self) -> bool {
-        self.violation_count == 0 && self.final_audit.total() == 0
-    }
-}
-
-impl fmt::Display for SimReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "seed {} [{}]: {} — {} steps, {:.1} s simulated, {} requests, {} batches / {} records \
-             acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
-             recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
-             outages, {} metadata create conflicts, {} consumed; lost {}, duplicated {}, reordered {}, gaps {}, violations {}; \
-             trace {:016x}",
-            self.seed,
-            self.scenario,
-            if self.passed() { "ok" } else { "FAILED" },
-            self.steps,
-            self.sim_millis as f64 / 1000.0,
-            self.requests,
-            self.acked_batches,
-            self.acked_records,
-            self.resends,
-            self.crashes,
-            self.takeovers,
-            self.dead_slots,
-            self.overlapping_recoveries,
-            self.overtaken_claims,
-            self.bucket_outages,
-            self.slowdowns,
-            self.log_outages,
-            self.create_conflicts,
-            self.consumed_batches,
-            self.final_audit.lost,
-            self.final_audit.duplicated,
-            self.final_audit.reordered,
-            self.final_audit.gaps,
-            self.violation_count,
-            self.trace_hash,
-        )
     }
 }
 
@@ -217,6 +136,9 @@ struct Scenario {
     /// the other faults of a seed stay where they were before this fault existed).
     p_overlap: f64,
     p_send: f64,
+    /// Retention, DeleteRecords, the deleter and the fetch plan TTL (drawn from their own
+    /// generator).
+    gc: GcScenario,
 }
 
 impl Scenario {
@@ -261,6 +183,7 @@ impl Scenario {
             p_log_outage: 0.003 * scale,
             p_overlap: 0.002 * scale,
             p_send: 0.3 + rng.f64() * 0.6,
+            gc: GcScenario::default(),
         }
     }
 
@@ -273,7 +196,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}",
+             snapshot every {} slots{}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -292,7 +215,8 @@ impl Scenario {
                 ", no process faults"
             } else {
                 ""
-            }
+            },
+            self.gc.describe(),
         )
     }
 }
@@ -313,6 +237,8 @@ struct Incarnation {
     control: ControlPlane,
     pipeline: ProducePipeline,
     fetch: FetchReader,
+    /// Dropping it stops the incarnation's file deleter (a halted one hangs in its gates).
+    _deleter: tokio::sync::watch::Sender<bool>,
 }
 
 impl Incarnation {
@@ -373,14 +299,45 @@ enum Msg {
         incarnation: usize,
         result: Result<(i64, i16), String>,
     },
+    /// Something for the event trace (a DeleteRecords answer).
+    Note(String),
 }
 
-/// A consumer of one partition: reads forward from the newest live incarnation.
+/// A consumer of one partition: reads forward from the newest live incarnation, resetting to
+/// the log start when its offset fell below it.
 #[derive(Default)]
 struct Consumer {
     next_offset: i64,
-    /// (base offset, batch) read and not yet compared with the durable log.
-    unchecked: Vec<(i64, BatchId, i32)>,
+    /// Batches read and not yet compared with the durable log.
+    unchecked: Vec<Consumed>,
+    /// A plan read at a later step (a fetch that waits before it reads, as a slow connection).
+    held: Option<Held>,
+    /// Reads nothing until then (a consumer that falls behind).
+    paused_until: Option<tokio::time::Instant>,
+}
+
+/// One batch a consumer received.
+struct Consumed {
+    base_offset: i64,
+    id: BatchId,
+    count: i32,
+    /// The durable log start when its fetch was planned.
+    durable_start: i64,
+    /// Planned by a deposed writer (see [`Held::deposed`]).
+    deposed: bool,
+}
+
+/// A fetch plan and when it was made, waiting to be read.
+struct Held {
+    plan: weir_fetch::ReadPlan,
+    incarnation: usize,
+    planned_at: tokio::time::Instant,
+    read_at: tokio::time::Instant,
+    durable_start: i64,
+    /// The planning agent's epoch was below the durable log's newest when it planned: a writer
+    /// deposed while idle serves its last view until it next writes (no lease yet), so its plan
+    /// may name batches below a start the new writer moved, and files its deleter removed.
+    deposed: bool,
 }
 
 struct World {
@@ -397,6 +354,12 @@ struct World {
     opening: u32,
     /// Draws of faults added after the seed schedules were fixed (see `Scenario::p_overlap`).
     fault_rng: fastrand::Rng,
+    /// Draws of retention, DeleteRecords and held fetch plans (their own generator).
+    gc_rng: fastrand::Rng,
+    /// Every batch's first timestamp, for the auditor to tell batches apart.
+    stamps: Stamps,
+    /// DELETEs of data files the gates saw.
+    ledger: Arc<DeleteLedger>,
     overlap: Option<Overlap>,
     /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing.
     create_conflicts: Arc<AtomicU64>,
@@ -460,15 +423,19 @@ impl World {
         let mut scenario = Scenario::pick(&mut rng);
         let mut conflict_rng = fastrand::Rng::with_seed(seed ^ 0x636f_6e66_6c69_6374);
         scenario.create_conflict_rate = [0.0, 0.05, 0.3][conflict_rng.usize(..3)];
+        let mut gc_rng = fastrand::Rng::with_seed(seed ^ 0x7265_7465_6e74_696f);
+        scenario.gc = GcScenario::pick(&mut gc_rng);
         let buckets: Vec<Bucket> = (0..scenario.buckets)
             .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None))
             .collect();
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(&mut rng, &scenario, "sim-log", Some(&create_conflicts));
+        let ledger = Arc::new(DeleteLedger::new(log_bucket.raw.clone()));
         let auditor = Auditor::new(
             log_bucket.raw.clone(),
             buckets.iter().map(|b| b.raw.clone()).collect(),
             scenario.quorum,
+            ledger.clone(),
         );
         let clients = scenario
             .kinds
@@ -499,6 +466,9 @@ impl World {
             incarnations: Vec::new(),
             opening: 0,
             fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
+            gc_rng,
+            stamps: Stamps::default(),
+            ledger,
             overlap: None,
             create_conflicts,
             opened_count: 0,
@@ -556,6 +526,7 @@ impl World {
         for step in 0..options.steps {
             self.step = step;
             self.inject_faults();
+            self.inject_gc();
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;
@@ -591,6 +562,9 @@ impl World {
         self.report.sim_millis = start.elapsed().as_millis() as u64;
         self.report.dead_slots = self.auditor.max_dead_slots;
         self.report.create_conflicts = self.create_conflicts.load(Ordering::SeqCst);
+        self.report.log_start_advance = self.auditor.log_start_advance;
+        self.report.files_deleted = self.ledger.deleted().len() as u64;
+        self.report.late_copies = self.ledger.late_copies();
         self.report.trace_hash = self.trace;
     }
 

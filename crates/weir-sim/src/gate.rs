@@ -10,6 +10,8 @@
 //! answer `AlreadyExists` without writing anything, as S3 answers `409
 //! ConditionalRequestConflict` to a create racing another write that has not landed (object_store
 //! maps every 409 to `AlreadyExists`): the metadata bucket's gates do this at a seeded rate.
+//! Data buckets' gates record every DELETE of a data file in the [`DeleteLedger`] as they pass
+//! it on, for the auditor's GC-1 check, and every PUT that lands after one (a late copy).
 
 use std::fmt;
 use std::ops::Range;
@@ -27,11 +29,16 @@ use object_store::{
 };
 use weir_storage::OpLatency;
 
+use crate::ledger::DeleteLedger;
+
 /// Faults of one bucket shared by every incarnation's gate.
 #[derive(Debug)]
 pub(crate) struct BucketFaults {
     /// Extra delay before every operation, in milliseconds (0: none).
     pub(crate) slow_ms: AtomicU64,
+    /// Extra delay before every PUT only (0: none): a bucket whose writes lag, so a quorum
+    /// writer's background copy can land after a later DELETE of the same file.
+    pub(crate) put_lag_ms: AtomicU64,
     /// Probability that a PUT which landed reports a timeout.
     pub(crate) ambiguous_rate: f64,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -48,6 +55,7 @@ impl BucketFaults {
     pub(crate) fn new(ambiguous_rate: f64, seed: u64) -> BucketFaults {
         BucketFaults {
             slow_ms: AtomicU64::new(0),
+            put_lag_ms: AtomicU64::new(0),
             ambiguous_rate,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             conflict_rate: 0.0,
@@ -97,6 +105,8 @@ pub(crate) struct Gate {
     inner: Arc<dyn ObjectStore>,
     halted: Arc<AtomicBool>,
     faults: Arc<BucketFaults>,
+    /// Where DELETEs are recorded, and which bucket this is (data buckets only).
+    ledger: Option<(Arc<DeleteLedger>, usize)>,
 }
 
 impl Gate {
@@ -109,7 +119,14 @@ impl Gate {
             inner,
             halted,
             faults,
+            ledger: None,
         }
+    }
+
+    /// Records the DELETEs that pass this gate of data bucket `bucket` in `ledger`.
+    pub(crate) fn with_ledger(mut self, ledger: Arc<DeleteLedger>, bucket: usize) -> Gate {
+        self.ledger = Some((ledger, bucket));
+        self
     }
 
     /// Waits out the bucket's slowness, or forever if the incarnation is dead.
@@ -157,6 +174,10 @@ impl ObjectStore for Gate {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.pass().await;
+        let lag = self.faults.put_lag_ms.load(Ordering::SeqCst);
+        if lag > 0 {
+            tokio::time::sleep(Duration::from_millis(lag)).await;
+        }
         let conflict = matches!(opts.mode, PutMode::Create)
             .then(|| self.faults.conflict())
             .flatten();
@@ -171,6 +192,9 @@ impl ObjectStore for Gate {
             });
         }
         let result = self.inner.put_opts(location, payload, opts).await?;
+        if let Some((ledger, _)) = &self.ledger {
+            ledger.landed(location);
+        }
         if self.faults.lie() {
             return Err(object_store::Error::Generic {
                 store: "sim",
@@ -211,6 +235,23 @@ impl ObjectStore for Gate {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
+        let locations = match &self.ledger {
+            Some((ledger, bucket)) => {
+                let (ledger, bucket) = (ledger.clone(), *bucket);
+                locations
+                    .then(move |location| {
+                        let ledger = ledger.clone();
+                        async move {
+                            if let Ok(path) = &location {
+                                ledger.record(path, bucket).await;
+                            }
+                            location
+                        }
+                    })
+                    .boxed()
+            }
+            None => locations,
+        };
         gated_stream(
             self.halted.clone(),
             self.faults.clone(),

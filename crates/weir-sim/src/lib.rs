@@ -4,7 +4,9 @@
 //! settings, log pipelining, snapshot cadence), the storage latency and error model, the clients
 //! (idempotent and plain producers, a consumer per partition) and the faults (kill -9 of an
 //! agent incarnation, a second writer taking over while the first still runs, bucket outages,
-//! slow buckets, metadata-bucket outages). The real `weir-produce`, `weir-control`, `weir-fetch`
+//! slow buckets, metadata-bucket outages) and the bounded-state machinery of RFC 0003: retention,
+//! DeleteRecords, the file deleter with its grace, fetch plans with a TTL, slow metadata and
+//! lagging data buckets. The real `weir-produce`, `weir-control`, `weir-fetch`
 //! and `weir-storage` code runs on a single-threaded Tokio runtime with a paused clock over
 //! in-memory buckets, so a seed replays exactly and an hour of faults runs in seconds.
 //!
@@ -12,7 +14,10 @@
 //! raw bucket bytes) and checks DUR-1 (every acknowledged batch is durable at its offset, in a
 //! quorum), ORD-1/ORD-2 (dense offsets, per-producer order), IDM-1 (no duplicates), FET-1
 //! (every live writer's visible prefix equals the durable log; consumers only read durable
-//! batches) and CTL-1 (a deposed writer never acknowledges). After the fault phase everything
+//! batches) and CTL-1 (a deposed writer never acknowledges); the log start (never backwards,
+//! never past the high watermark, nothing below it served to a fetch planned after it moved) and
+//! GC-1 (every DELETE a gate saw was of a file the durable log no longer indexed at that moment;
+//! no fetch finds a file gone within its plan's TTL). After the fault phase everything
 //! heals and every idempotent batch must eventually be acknowledged (liveness).
 //!
 //! `cargo nextest run -p weir-sim` runs a fixed set of seeds; `weir-sim --seeds N` runs more.
@@ -21,6 +26,7 @@ mod audit;
 mod client;
 mod driver;
 mod gate;
+mod ledger;
 mod replay;
 
 pub use audit::Breaches;

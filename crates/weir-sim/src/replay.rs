@@ -14,37 +14,65 @@ use weir_storage::keys;
 
 /// The durable state after every live slot, replayed from slot 0.
 pub(crate) async fn replay_from_zero(raw: &InMemory) -> Result<State, String> {
-    let mut state = State::default();
-    let mut highest_epoch = 0u64;
-    for seq in 0u64.. {
-        let key = keys::meta_log(seq);
-        let bytes = match raw.get(&key).await {
-            Ok(result) => result
-                .bytes()
-                .await
-                .map_err(|err| format!("{key}: {err}"))?,
-            Err(object_store::Error::NotFound { .. }) => break,
-            Err(err) => return Err(format!("{key}: {err}")),
-        };
-        let envelope = decode_envelope(&bytes).map_err(|err| format!("{key}: {err}"))?;
-        if envelope.kind != EnvelopeKind::LogEntry || envelope.seq != seq {
-            return Err(format!(
-                "{key}: holds {:?} of slot {}",
-                envelope.kind, envelope.seq
-            ));
-        }
-        if envelope.epoch < highest_epoch {
-            continue;
-        }
-        highest_epoch = envelope.epoch;
-        let record: LogRecord =
-            serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
-        for entry in &record.entries {
-            state.apply(entry);
-        }
-    }
+    let mut replay = Incremental::default();
+    replay.advance(raw, u64::MAX).await?;
+    let mut state = replay.state;
     state.mark_all_stable();
     Ok(state)
+}
+
+/// The same replay, kept between calls and extended slot by slot as the log grows, so the
+/// auditor can ask what was durable at a given moment (a slot count) without replaying again.
+#[derive(Debug, Default)]
+pub(crate) struct Incremental {
+    state: State,
+    highest_epoch: u64,
+    next_seq: u64,
+}
+
+impl Incremental {
+    /// The state after slots `0..self.next_seq()`.
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Applies the slots from `next_seq` up to `limit` (exclusive) or the first missing one.
+    pub(crate) async fn advance(&mut self, raw: &InMemory, limit: u64) -> Result<(), String> {
+        while self.next_seq < limit {
+            let seq = self.next_seq;
+            let key = keys::meta_log(seq);
+            let bytes = match raw.get(&key).await {
+                Ok(result) => result
+                    .bytes()
+                    .await
+                    .map_err(|err| format!("{key}: {err}"))?,
+                Err(object_store::Error::NotFound { .. }) => break,
+                Err(err) => return Err(format!("{key}: {err}")),
+            };
+            let envelope = decode_envelope(&bytes).map_err(|err| format!("{key}: {err}"))?;
+            if envelope.kind != EnvelopeKind::LogEntry || envelope.seq != seq {
+                return Err(format!(
+                    "{key}: holds {:?} of slot {}",
+                    envelope.kind, envelope.seq
+                ));
+            }
+            self.next_seq += 1;
+            if envelope.epoch < self.highest_epoch {
+                continue;
+            }
+            self.highest_epoch = envelope.epoch;
+            let record: LogRecord =
+                serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
+            for entry in &record.entries {
+                self.state.apply(entry);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Differences between the production replay's state and the independent one (empty: equal).
@@ -70,6 +98,11 @@ pub(crate) fn compare(production: &State, independent: &State) -> Vec<String> {
             json(&independent.topics),
         ),
         ("files", json(&production.files), json(&independent.files)),
+        (
+            "released files",
+            json(&production.released),
+            json(&independent.released),
+        ),
         (
             "agent tips",
             json(&production.agent_tips),

@@ -30,7 +30,7 @@ impl World {
             halted.clone(),
             log_faults,
         ));
-        let store = layered("log", gate, u64::from(number) << 8);
+        let store = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
             snapshot_every_slots: self.scenario.snapshot_every,
@@ -58,40 +58,62 @@ impl World {
         let gates: Vec<Arc<dyn ObjectStore>> = self
             .buckets
             .iter()
-            .map(|b| {
-                Arc::new(Gate::new(b.model.clone(), halted.clone(), b.faults.clone()))
-                    as Arc<dyn ObjectStore>
-            })
-            .collect();
-        let stores: Vec<Arc<dyn ObjectStore>> = gates
-            .into_iter()
             .enumerate()
-            .map(|(i, gate)| {
-                layered(
-                    &format!("bucket-{i}"),
-                    gate,
-                    u64::from(number) << 8 | (i as u64 + 1),
-                )
+            .map(|(i, b)| {
+                Arc::new(
+                    Gate::new(b.model.clone(), halted.clone(), b.faults.clone())
+                        .with_ledger(self.ledger.clone(), i),
+                ) as Arc<dyn ObjectStore>
             })
             .collect();
-        let writer =
-            Arc::new(QuorumWriter::new(stores, self.scenario.quorum).expect("valid quorum"));
+        let layer = |policy: LayerPolicy| -> Vec<Arc<dyn ObjectStore>> {
+            gates
+                .iter()
+                .enumerate()
+                .map(|(i, gate)| {
+                    layered(
+                        &format!("bucket-{i}"),
+                        gate.clone(),
+                        policy,
+                        u64::from(number) << 8 | (i as u64 + 1),
+                    )
+                })
+                .collect()
+        };
+        let stores = layer(LayerPolicy::default());
+        // Fetches read through their own layer with the scenario's read deadline, so a read
+        // never outlives `plan_ttl + read_timeout` per holder (the deleter's grace covers both).
+        let read_stores =
+            layer(LayerPolicy::default().with_request_timeout(self.scenario.gc.read_timeout));
+        let writer = Arc::new(
+            QuorumWriter::new(stores.clone(), self.scenario.quorum).expect("valid quorum"),
+        );
+        let reader =
+            Arc::new(QuorumWriter::new(read_stores, self.scenario.quorum).expect("valid quorum"));
         let cache = Arc::new(ReadCache::new(1 << 20));
         let pipeline = ProducePipeline::start(
             self.scenario.produce.clone(),
-            writer.clone(),
+            writer,
             control.clone(),
             cache.clone(),
             self.clock.clone(),
             self.rng.u64(..),
         );
-        let fetch = FetchReader::new(control.clone(), writer, cache);
+        let fetch_cache = if self.scenario.gc.uncached_reads {
+            Arc::new(ReadCache::new(0))
+        } else {
+            cache
+        };
+        let fetch = FetchReader::new(control.clone(), reader, fetch_cache)
+            .with_plan_ttl(self.scenario.gc.plan_ttl);
+        let deleter = self.start_deleter(control.clone(), stores);
         self.incarnations.push(Incarnation {
             number,
             halted,
             control,
             pipeline,
             fetch,
+            _deleter: deleter,
         });
     }
 
@@ -130,6 +152,7 @@ impl World {
                 let mut partitions: Vec<i32> = (0..self.scenario.partitions).collect();
                 self.rng.shuffle(&mut partitions);
                 partitions.truncate(self.rng.usize(1..=partitions.len().min(3)));
+                let now_ms = self.clock.now_ms();
                 let client = &mut self.clients[c];
                 let mut batches = Vec::new();
                 for partition in partitions {
@@ -142,7 +165,8 @@ impl World {
                     };
                     if ready {
                         let count = self.rng.i32(1..=5);
-                        batches.push(client.new_batch(partition, count));
+                        let timestamp = self.stamps.stamp(now_ms, client.next_id());
+                        batches.push(client.new_batch(partition, count, timestamp));
                     }
                 }
                 if !batches.is_empty() {
@@ -164,13 +188,11 @@ impl World {
             slot.insert(newest);
             let control = self.incarnations[newest].control.clone();
             let partitions = self.scenario.partitions;
+            let configs = self.scenario.gc.topic_configs();
             let seed = self.seed;
             let tx = self.tx.clone();
             tokio::spawn(async move {
-                let result = match control
-                    .create_topic(TOPIC, partitions, BTreeMap::new(), seed)
-                    .await
-                {
+                let result = match control.create_topic(TOPIC, partitions, configs, seed).await {
                     Ok(id) => Ok(id),
                     // An earlier attempt landed; its slot precedes ours, so it is durable too.
                     Err(ControlError::TopicAlreadyExists(_)) => control
@@ -222,7 +244,7 @@ impl World {
             }
             let bytes: Bytes = build_test_batch(
                 batch.count,
-                batch.id.timestamp(),
+                batch.timestamp,
                 (producer.0, producer.1, batch.sequence),
             );
             partitions.push(PartitionBatches {
@@ -334,6 +356,7 @@ impl World {
                         }
                     }
                 }
+                Msg::Note(note) => self.event(&note),
             }
         }
     }
@@ -398,8 +421,13 @@ impl World {
 /// The production storage layer (deadlines, retries) over a simulated bucket. Its backoff jitter
 /// is seeded from the incarnation and bucket, not drawn from the world's generator, so adding
 /// the layer left every seed's fault schedule as it was.
-fn layered(name: &str, store: Arc<dyn ObjectStore>, jitter_seed: u64) -> Arc<dyn ObjectStore> {
+fn layered(
+    name: &str,
+    store: Arc<dyn ObjectStore>,
+    policy: LayerPolicy,
+    jitter_seed: u64,
+) -> Arc<dyn ObjectStore> {
     let stats = Arc::new(BucketStats::new(name, "free", PriceTable::FREE));
-    let layer = LayerStore::new(store, LayerPolicy::default(), stats);
+    let layer = LayerStore::new(store, policy, stats);
     Arc::new(layer.with_jitter_seed(jitter_seed))
 }

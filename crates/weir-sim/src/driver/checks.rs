@@ -4,70 +4,199 @@
 use super::*;
 
 impl World {
-    /// Each partition's consumer reads what the newest live incarnation makes visible.
+    /// Each partition's consumer reads what the newest live incarnation makes visible; some
+    /// fetches hold their plan for a while before reading it.
     pub(super) async fn consume(&mut self) {
         let (Some(newest), Some(topic)) = (self.newest_live(), self.topic) else {
             return;
         };
-        let fetch = self.incarnations[newest].fetch.clone();
+        // What is durable now: the log start a plan made now must respect.
+        let mut messages = Vec::new();
+        self.auditor.catch_up(&mut messages).await;
+        for message in messages {
+            self.violation(message);
+        }
+        let now = tokio::time::Instant::now();
         for partition in 0..self.scenario.partitions {
-            let consumer = &self.consumers[partition as usize];
-            let plan = match fetch.plan(&topic, partition, consumer.next_offset, 16 * 1024, true) {
-                Ok(plan) if !plan.is_empty() => plan,
-                Ok(_) => continue,
-                Err(weir_fetch::FetchError::OffsetOutOfRange { .. }) => continue,
-                Err(err) => {
-                    self.violation(format!("p{partition}: fetch plan failed: {err}"));
+            if self.consumers[partition as usize]
+                .paused_until
+                .is_some_and(|until| until > now)
+            {
+                continue;
+            }
+            let held = match self.consumers[partition as usize].held.take() {
+                Some(held) if held.read_at > now => {
+                    self.consumers[partition as usize].held = Some(held);
                     continue;
                 }
-            };
-            // Reads of a plan go one file after another, so a slow holder costs its delay per
-            // file; a read that never returns shows up as no convergence after healing.
-            let read = tokio::time::timeout(Duration::from_secs(60), fetch.read(plan)).await;
-            let data = match read {
-                Ok(Ok(data)) => data,
-                Ok(Err(err)) => {
-                    self.event(&format!("p{partition}: read failed: {err}"));
-                    continue;
-                }
-                Err(_) => {
-                    self.event(&format!("p{partition}: read timed out"));
-                    continue;
-                }
-            };
-            let mut position = 0;
-            let mut records = Vec::new();
-            while position < data.records.len() {
-                let header = match BatchHeader::parse(&data.records[position..]) {
-                    Ok(header) => header,
-                    Err(err) => {
-                        self.violation(format!("p{partition}: fetched garbage: {err}"));
-                        break;
+                Some(held) if !self.incarnations[held.incarnation].alive() => continue,
+                Some(held) => held,
+                None => match self.plan(newest, topic, partition) {
+                    Some(held) if held.read_at > now => {
+                        self.report.held_plans += 1;
+                        self.consumers[partition as usize].held = Some(held);
+                        continue;
                     }
-                };
-                position += header.total_len();
-                records.push(header);
+                    Some(held) => held,
+                    None => continue,
+                },
+            };
+            self.read_plan(partition, held).await;
+        }
+    }
+
+    /// Plans a fetch from the consumer's offset; a consumer below the log start resets to it
+    /// (`auto.offset.reset=earliest`).
+    fn plan(&mut self, incarnation: usize, topic: TopicId, partition: i32) -> Option<Held> {
+        let fetch = self.incarnations[incarnation].fetch.clone();
+        let offset = self.consumers[partition as usize].next_offset;
+        let max_bytes = self.scenario.gc.fetch_max_bytes;
+        let plan = match fetch.plan(&topic, partition, offset, max_bytes, true) {
+            Ok(plan) if !plan.is_empty() => plan,
+            Ok(_) => return None,
+            Err(weir_fetch::FetchError::OffsetOutOfRange {
+                log_start_offset, ..
+            }) if offset < log_start_offset => {
+                self.report.consumer_resets += 1;
+                self.event(&format!(
+                    "p{partition}: consumer at {offset} resets to the log start {log_start_offset}"
+                ));
+                self.consumers[partition as usize].next_offset = log_start_offset;
+                return None;
             }
-            for header in records {
-                let consumer = &mut self.consumers[partition as usize];
-                if header.base_offset != consumer.next_offset {
-                    let expected = consumer.next_offset;
-                    self.violation(format!(
-                        "p{partition}: consumer expected offset {expected}, got {}",
-                        header.base_offset
-                    ));
+            Err(weir_fetch::FetchError::OffsetOutOfRange { .. }) => return None,
+            Err(err) => {
+                self.violation(format!("p{partition}: fetch plan failed: {err}"));
+                return None;
+            }
+        };
+        let planned_at = tokio::time::Instant::now();
+        let gc = &self.scenario.gc;
+        let wait = if self.gc_rng.f64() < gc.p_hold_plan {
+            // Up to 1.5 × the TTL: some plans expire and must be refused.
+            Duration::from_millis(self.gc_rng.u64(1..=gc.plan_ttl.as_millis() as u64 * 3 / 2))
+        } else {
+            Duration::ZERO
+        };
+        let epoch = self.incarnations[incarnation]
+            .control
+            .read(|state| state.epoch);
+        Some(Held {
+            plan,
+            incarnation,
+            planned_at,
+            read_at: planned_at + wait,
+            durable_start: self.auditor.durable_log_start(&topic, partition),
+            deposed: epoch < self.auditor.durable_epoch(),
+        })
+    }
+
+    /// Reads a plan and hands the batches to the consumer.
+    async fn read_plan(&mut self, partition: i32, held: Held) {
+        let fetch = self.incarnations[held.incarnation].fetch.clone();
+        // Reads of a plan go one file after another, so a slow holder costs its delay per
+        // file; a read that never returns shows up as no convergence after healing.
+        let read = tokio::time::timeout(Duration::from_secs(60), fetch.read(held.plan)).await;
+        let data = match read {
+            Ok(Ok(data)) => data,
+            Ok(Err(weir_fetch::FetchError::PlanExpired(age))) => {
+                self.report.expired_plans += 1;
+                self.event(&format!("p{partition}: plan expired after {age:?}"));
+                return;
+            }
+            Ok(Err(err)) => {
+                let message = err.to_string();
+                if held.deposed {
+                    self.report.deposed_reads += 1;
+                } else {
+                    self.check_read_error(partition, held.planned_at, &message);
+                }
+                self.event(&format!("p{partition}: read failed: {message}"));
+                return;
+            }
+            Err(_) => {
+                self.event(&format!("p{partition}: read timed out"));
+                return;
+            }
+        };
+        let mut position = 0;
+        let mut records = Vec::new();
+        while position < data.records.len() {
+            let header = match BatchHeader::parse(&data.records[position..]) {
+                Ok(header) => header,
+                Err(err) => {
+                    self.violation(format!("p{partition}: fetched garbage: {err}"));
                     break;
                 }
-                let Some(id) = BatchId::from_timestamp(header.first_timestamp) else {
-                    self.violation(format!("p{partition}: consumer read a foreign batch"));
-                    break;
-                };
-                consumer.next_offset = header.base_offset + header.offset_span();
-                consumer
-                    .unchecked
-                    .push((header.base_offset, id, header.last_offset_delta + 1));
-                self.report.consumed_batches += 1;
+            };
+            position += header.total_len();
+            records.push(header);
+        }
+        for (index, header) in records.into_iter().enumerate() {
+            let consumer = &mut self.consumers[partition as usize];
+            let expected = consumer.next_offset;
+            let end = header.base_offset + header.offset_span();
+            // The first batch may start before the offset asked for (the start fell inside it).
+            let fits = if index == 0 {
+                header.base_offset <= expected && expected < end
+            } else {
+                header.base_offset == expected
+            };
+            if !fits {
+                self.violation(format!(
+                    "p{partition}: consumer expected offset {expected}, got {}",
+                    header.base_offset
+                ));
+                break;
             }
+            let Some(id) = self.stamps.id(header.first_timestamp) else {
+                self.violation(format!("p{partition}: consumer read a foreign batch"));
+                break;
+            };
+            consumer.next_offset = end;
+            consumer.unchecked.push(Consumed {
+                base_offset: header.base_offset,
+                id,
+                count: header.last_offset_delta + 1,
+                durable_start: held.durable_start,
+                deposed: held.deposed,
+            });
+            self.report.consumed_batches += 1;
+        }
+    }
+
+    /// A fetch never finds an object gone that its plan names while the plan is young enough
+    /// to be read (`plan_ttl + read_timeout` after planning): the deleter's grace is longer.
+    fn check_read_error(
+        &mut self,
+        partition: i32,
+        planned_at: tokio::time::Instant,
+        message: &str,
+    ) {
+        if !message.to_ascii_lowercase().contains("not found") {
+            return;
+        }
+        let deleted = self.ledger.deleted();
+        let Some((key, at)) = deleted
+            .iter()
+            .find(|(key, _)| message.contains(key.as_ref()))
+        else {
+            self.violation(format!(
+                "p{partition}: a fetch found an object missing that nobody deleted: {message}"
+            ));
+            return;
+        };
+        let gc = &self.scenario.gc;
+        let bound = gc.plan_ttl + gc.read_timeout;
+        let after = at.saturating_duration_since(planned_at);
+        if after <= bound {
+            self.violation(format!(
+                "p{partition}: a fetch planned {:?} before {key} was deleted found it gone \
+                 (plan TTL {:?} + read deadline {:?}, grace {:?})",
+                after, gc.plan_ttl, gc.read_timeout, gc.grace
+            ));
+        } else {
+            self.report.overtaken_reads += 1;
         }
     }
 
@@ -77,9 +206,10 @@ impl World {
         };
         self.report.audits += 1;
         let mut messages = Vec::new();
+        self.auditor.catch_up(&mut messages).await;
         let shadow = self
             .auditor
-            .shadow(topic, self.scenario.partitions, &mut messages)
+            .shadow(topic, self.scenario.partitions, &self.stamps, &mut messages)
             .await;
         if let Some(shadow) = &shadow {
             check_log(shadow, &mut messages);
@@ -92,10 +222,15 @@ impl World {
         }
     }
 
-    /// DUR-1: every acknowledged batch is in the durable log at the offset it was acked with.
+    /// DUR-1 and DUR-2: every acknowledged batch is in the durable log at the offset it was
+    /// acked with, unless it lies wholly below the log start (retention or DeleteRecords).
     pub(super) fn check_acks(&self, shadow: &Shadow, messages: &mut Vec<String>) -> u64 {
         let mut lost = 0;
         for ack in &self.acks {
+            let last = ack.base_offset + i64::from(ack.count) - 1;
+            if last < shadow.log_start(ack.partition as usize) {
+                continue;
+            }
             let found = shadow.at(ack.partition as usize, ack.base_offset);
             let ok = found.is_some_and(|placed| {
                 placed.seen.id == ack.id
@@ -142,9 +277,16 @@ impl World {
                         .iter()
                         .take_while(|e| e.last_offset < p.stable_high_watermark)
                     {
-                        let same = shadow
-                            .at(partition as usize, entry.base_offset)
-                            .is_some_and(|placed| placed.entry == *entry);
+                        let index = partition as usize;
+                        // Below the durable start (a view not yet caught up): what was there.
+                        let same = match shadow.at(index, entry.base_offset) {
+                            Some(placed) => placed.entry == *entry,
+                            None if entry.last_offset < shadow.log_start(index) => self
+                                .auditor
+                                .ever_placed(index, entry.base_offset)
+                                .is_none_or(|placed| placed.entry == *entry),
+                            None => false,
+                        };
                         if !same {
                             messages.push(format!(
                                 "incarnation {number} p{partition}: visible batch at {} differs \
@@ -159,16 +301,44 @@ impl World {
         }
     }
 
-    /// Consumers only ever read durable batches, at their durable offsets.
+    /// Consumers only ever read durable batches, at their durable offsets, and never one wholly
+    /// below a log start that was durable when their fetch was planned (unless a deposed writer
+    /// planned it: counted, see [`Held::deposed`]). A batch below today's
+    /// start is compared with what the auditor saw there (unverifiable if it came and went
+    /// between two audits).
     pub(super) fn check_consumed(&mut self, shadow: &Shadow, messages: &mut Vec<String>) {
         for (partition, consumer) in self.consumers.iter_mut().enumerate() {
-            for (offset, id, count) in consumer.unchecked.drain(..) {
-                let ok = shadow
-                    .at(partition, offset)
-                    .is_some_and(|placed| placed.seen.id == id && placed.seen.count == count);
+            for read in consumer.unchecked.drain(..) {
+                let Consumed {
+                    base_offset,
+                    id,
+                    count,
+                    durable_start,
+                    deposed,
+                } = read;
+                let last = base_offset + i64::from(count) - 1;
+                if last < durable_start && deposed {
+                    self.report.deposed_reads += 1;
+                } else if last < durable_start {
+                    messages.push(format!(
+                        "p{partition}: consumer read {id} at {base_offset}, wholly below the log \
+                         start {durable_start} durable when its fetch was planned"
+                    ));
+                }
+                let matches = |placed: &crate::audit::Placed| {
+                    placed.seen.id == id && placed.seen.count == count
+                };
+                let ok = match shadow.at(partition, base_offset) {
+                    Some(placed) => matches(placed),
+                    None if last < shadow.log_start(partition) => self
+                        .auditor
+                        .ever_placed(partition, base_offset)
+                        .is_none_or(matches),
+                    None => false,
+                };
                 if !ok {
                     messages.push(format!(
-                        "p{partition}: consumer read {id} at {offset}, not in the durable log"
+                        "p{partition}: consumer read {id} at {base_offset}, not in the durable log"
                     ));
                 }
             }
@@ -207,10 +377,11 @@ impl World {
         };
         let mut messages = Vec::new();
         self.auditor.cross_check_replay(&mut messages).await;
+        self.auditor.catch_up(&mut messages).await;
         self.auditor.forget_reads();
         let Some(shadow) = self
             .auditor
-            .shadow(topic, self.scenario.partitions, &mut messages)
+            .shadow(topic, self.scenario.partitions, &self.stamps, &mut messages)
             .await
         else {
             for message in messages {

@@ -226,6 +226,7 @@ impl World {
         for bucket in self.buckets.iter().chain(std::iter::once(&self.log_bucket)) {
             bucket.model.set_outage(false);
             bucket.faults.slow_ms.store(0, Ordering::SeqCst);
+            bucket.faults.put_lag_ms.store(0, Ordering::SeqCst);
         }
         let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
         for index in live {
