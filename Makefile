@@ -2,7 +2,7 @@
 CARGO_TARGET_DIR ?= /var/tmp/weir-target
 export CARGO_TARGET_DIR
 
-.PHONY: run build test test-unit test-e2e sim lint fmt fuzz-smoke mutants
+.PHONY: run build test test-unit test-e2e sim lint fmt fuzz-smoke mutants soak
 
 # More simulation seeds than `make test` runs: make sim SEEDS=1000 START=40
 SEEDS ?= 200
@@ -51,3 +51,11 @@ fuzz-smoke:
 # Outside CI: one release rebuild per mutation. make mutants SEEDS=30 START=0
 mutants:
 	tests/mutants/run.sh $(SEEDS) $(START)
+
+# Bounded-state soak (not a test; prints a table for docs/benchmarks.md §10): retention, deletion
+# and expiry under producer and group churn. make soak MINUTES=30
+MINUTES ?= 30
+soak:
+	cargo build --release -p weir
+	tests/setup.sh
+	.venv/bin/python tests/soak/soak.py --weir $(CARGO_TARGET_DIR)/release/weir --minutes $(MINUTES)
