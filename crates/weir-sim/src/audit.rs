@@ -178,6 +178,11 @@ impl Auditor {
             .map_or(0, |p| p.log_start_offset)
     }
 
+    /// The slots replayed so far (`0..durable_next_seq`), as of the last [`Self::catch_up`].
+    pub(crate) fn durable_next_seq(&self) -> u64 {
+        self.durable.next_seq()
+    }
+
     /// The epoch of the newest writer in the durable log as of the last [`Self::catch_up`].
     pub(crate) fn durable_epoch(&self) -> u64 {
         self.durable.state().epoch

@@ -361,6 +361,8 @@ struct World {
     /// DELETEs of data files the gates saw.
     ledger: Arc<DeleteLedger>,
     overlap: Option<Overlap>,
+    /// The (incarnation, epoch) last woken by [`World::wake_deposed`].
+    woken: Option<(usize, u64)>,
     /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing.
     create_conflicts: Arc<AtomicU64>,
     /// Agent processes started (their numbers).
@@ -470,6 +472,7 @@ impl World {
             stamps: Stamps::default(),
             ledger,
             overlap: None,
+            woken: None,
             create_conflicts,
             opened_count: 0,
             open_after: tokio::time::Instant::now(),
@@ -574,6 +577,9 @@ impl World {
         self.overlap_second();
         self.ensure_incarnation();
         self.send(load).await;
+        if !load {
+            self.wake_deposed();
+        }
         let pause = if load { self.rng.u64(0..=15) } else { 20 };
         tokio::time::sleep(Duration::from_millis(pause)).await;
         self.drain();
