@@ -393,7 +393,8 @@ impl LogStore {
     /// Fails with [`LogError::EpochTaken`] when another writer overtook this one between the
     /// claim and the `NewEpoch` write: its replay passed a record of a higher epoch (a writer
     /// that claimed later but wrote first; a `NewEpoch` of ours after it would be dead to every
-    /// later replay), or a slot it must fill holds a higher epoch. The caller claims again.
+    /// later replay), or a slot past its `NewEpoch` holds a higher epoch (a writer that claimed
+    /// later, replayed our `NewEpoch` and wrote behind it). The caller claims again.
     pub async fn recover(
         &self,
         address: &str,
@@ -464,6 +465,7 @@ impl LogStore {
         let existing = self
             .list_seqs_after(&keys::meta_log_prefix(), Some(&keys::meta_log(gap)))
             .await?;
+        self.check_no_later_writer(&existing, epoch).await?;
         let last_dead = existing
             .iter()
             .copied()
@@ -500,6 +502,30 @@ impl LogStore {
             }
         }
         Ok(last_dead + 1)
+    }
+
+    /// Fails with [`LogError::EpochTaken`] if a slot past our `NewEpoch` holds a later epoch:
+    /// a writer that claimed after us, replayed our `NewEpoch` and wrote its own behind it
+    /// while we were still recovering. Those slots are not dead, we are: serving would show a
+    /// state without them, and our next slot (after theirs) would be dead to every replay, so
+    /// whatever we acknowledged there would be lost. Reads in slot order and stops at the first
+    /// later epoch; dead slots of a deposed writer come before a later writer's, so the reads
+    /// are the few dead slots at most.
+    async fn check_no_later_writer(&self, existing: &[u64], epoch: u64) -> Result<(), LogError> {
+        for seq in existing {
+            let Some(bytes) = self.get(&keys::meta_log(*seq)).await? else {
+                continue;
+            };
+            let found_epoch = decode_envelope(&bytes).map(|env| env.epoch).unwrap_or(0);
+            if found_epoch > epoch {
+                warn!(
+                    seq,
+                    epoch, found_epoch, "a later writer wrote past our new epoch"
+                );
+                return Err(LogError::EpochTaken(epoch));
+            }
+        }
+        Ok(())
     }
 }
 

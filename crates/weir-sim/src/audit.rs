@@ -162,11 +162,31 @@ impl Auditor {
                     delete.bucket,
                     self.durable.next_seq()
                 ));
+            } else if !delete.repeat && !self.deletable(&delete.key) {
+                violations.push(format!(
+                    "GC-1: bucket {} saw a DELETE of {}, neither released in the durable state \
+                     (slots 0..{}) nor an orphan below its sweep horizon {}",
+                    delete.bucket,
+                    delete.key,
+                    self.durable.next_seq(),
+                    self.durable.state().sweep_horizon_ms
+                ));
             }
         }
         if let Err(err) = self.durable.advance(&self.raw_control, u64::MAX).await {
             violations.push(format!("the durable metadata log does not replay: {err}"));
         }
+    }
+
+    /// A data file the durable state lets go: released (the deleter's), or never named and
+    /// with an id time below a durable sweep horizon (an orphan: no commit of it can apply).
+    fn deletable(&self, key: &object_store::path::Path) -> bool {
+        let Some((_, id)) = weir_storage::keys::parse_data_file(key) else {
+            return false;
+        };
+        let state = self.durable.state();
+        state.released.contains_key(&id)
+            || (!state.knows_file(&id) && id.unix_ms() < state.sweep_horizon_ms)
     }
 
     /// The durable log start of `partition` as of the last [`Self::catch_up`] (0 before the
@@ -176,6 +196,11 @@ impl Auditor {
             .state()
             .partition(topic, partition)
             .map_or(0, |p| p.log_start_offset)
+    }
+
+    /// The slots replayed so far (`0..durable_next_seq`), as of the last [`Self::catch_up`].
+    pub(crate) fn durable_next_seq(&self) -> u64 {
+        self.durable.next_seq()
     }
 
     /// The epoch of the newest writer in the durable log as of the last [`Self::catch_up`].

@@ -7,6 +7,7 @@ mod checks;
 mod faults;
 mod report;
 mod retention;
+mod sweep;
 
 pub use report::SimReport;
 
@@ -139,6 +140,8 @@ struct Scenario {
     /// Retention, DeleteRecords, the deleter and the fetch plan TTL (drawn from their own
     /// generator).
     gc: GcScenario,
+    /// The orphan sweep (its own generator, as `gc`).
+    sweep: sweep::SweepScenario,
 }
 
 impl Scenario {
@@ -184,6 +187,7 @@ impl Scenario {
             p_overlap: 0.002 * scale,
             p_send: 0.3 + rng.f64() * 0.6,
             gc: GcScenario::default(),
+            sweep: sweep::SweepScenario::default(),
         }
     }
 
@@ -196,7 +200,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}",
+             snapshot every {} slots{}; {}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -217,6 +221,7 @@ impl Scenario {
                 ""
             },
             self.gc.describe(),
+            self.sweep.describe(),
         )
     }
 }
@@ -356,11 +361,15 @@ struct World {
     fault_rng: fastrand::Rng,
     /// Draws of retention, DeleteRecords and held fetch plans (their own generator).
     gc_rng: fastrand::Rng,
+    /// Draws of the orphan sweep and agents' clock skews (their own generator).
+    sweep_rng: fastrand::Rng,
     /// Every batch's first timestamp, for the auditor to tell batches apart.
     stamps: Stamps,
     /// DELETEs of data files the gates saw.
     ledger: Arc<DeleteLedger>,
     overlap: Option<Overlap>,
+    /// The (incarnation, epoch) last woken by [`World::wake_deposed`].
+    woken: Option<(usize, u64)>,
     /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing.
     create_conflicts: Arc<AtomicU64>,
     /// Agent processes started (their numbers).
@@ -425,6 +434,8 @@ impl World {
         scenario.create_conflict_rate = [0.0, 0.05, 0.3][conflict_rng.usize(..3)];
         let mut gc_rng = fastrand::Rng::with_seed(seed ^ 0x7265_7465_6e74_696f);
         scenario.gc = GcScenario::pick(&mut gc_rng);
+        let mut sweep_rng = fastrand::Rng::with_seed(seed ^ 0x7377_6565_7021);
+        scenario.sweep = sweep::SweepScenario::pick(&mut sweep_rng);
         let buckets: Vec<Bucket> = (0..scenario.buckets)
             .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None))
             .collect();
@@ -467,9 +478,11 @@ impl World {
             opening: 0,
             fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
             gc_rng,
+            sweep_rng,
             stamps: Stamps::default(),
             ledger,
             overlap: None,
+            woken: None,
             create_conflicts,
             opened_count: 0,
             open_after: tokio::time::Instant::now(),
@@ -574,6 +587,9 @@ impl World {
         self.overlap_second();
         self.ensure_incarnation();
         self.send(load).await;
+        if !load {
+            self.wake_deposed();
+        }
         let pause = if load { self.rng.u64(0..=15) } else { 20 };
         tokio::time::sleep(Duration::from_millis(pause)).await;
         self.drain();

@@ -20,6 +20,8 @@ pub(crate) struct DeleteSeen {
     pub(crate) bucket: usize,
     /// Log slots `0..durable_slots` were all in the metadata bucket when the gate saw it.
     pub(crate) durable_slots: u64,
+    /// The key was deleted before (another holder, a retry, a late copy): checked then.
+    pub(crate) repeat: bool,
 }
 
 #[derive(Debug)]
@@ -62,6 +64,7 @@ impl DeleteLedger {
             return;
         }
         let durable_slots = self.durable_slots().await;
+        let repeat = lock(&self.first).contains_key(key);
         lock(&self.first)
             .entry(key.clone())
             .or_insert_with(Instant::now);
@@ -69,6 +72,7 @@ impl DeleteLedger {
             key: key.clone(),
             bucket,
             durable_slots,
+            repeat,
         });
     }
 

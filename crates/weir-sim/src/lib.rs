@@ -6,7 +6,7 @@
 //! agent incarnation, a second writer taking over while the first still runs, bucket outages,
 //! slow buckets, metadata-bucket outages) and the bounded-state machinery of RFC 0003: retention,
 //! DeleteRecords, the file deleter with its grace, fetch plans with a TTL, slow metadata and
-//! lagging data buckets. The real `weir-produce`, `weir-control`, `weir-fetch`
+//! lagging data buckets, the orphan sweep with skewed agent clocks. The real `weir-produce`, `weir-control`, `weir-fetch`
 //! and `weir-storage` code runs on a single-threaded Tokio runtime with a paused clock over
 //! in-memory buckets, so a seed replays exactly and an hour of faults runs in seconds.
 //!
@@ -16,7 +16,8 @@
 //! (every live writer's visible prefix equals the durable log; consumers only read durable
 //! batches) and CTL-1 (a deposed writer never acknowledges); the log start (never backwards,
 //! never past the high watermark, nothing below it served to a fetch planned after it moved) and
-//! GC-1 (every DELETE a gate saw was of a file the durable log no longer indexed at that moment;
+//! GC-1 (every DELETE a gate saw was of a file the durable log of that moment released, or an
+//! orphan it never named below a durable sweep horizon;
 //! no fetch finds a file gone within its plan's TTL). After the fault phase everything
 //! heals and every idempotent batch must eventually be acknowledged (liveness).
 //!

@@ -418,3 +418,24 @@ async fn test_log_claim_epoch_retries_a_conflict_on_an_absent_epoch() {
     assert_eq!(log.claim_epoch("a").await.unwrap(), 1);
     assert!(inner.head(&keys::meta_epoch(1)).await.is_ok());
 }
+
+/// A writer that claimed after us, replayed our `NewEpoch` and wrote its own behind it before
+/// we looked past our gap has deposed us: recovery must claim again, not take its slots for a
+/// deposed writer's dead ones (we would serve a state without them, and our next slot would be
+/// dead to every replay).
+#[tokio::test]
+async fn test_log_recovery_overtaken_after_its_new_epoch_claims_again() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let slow = LogStore::new(store.clone(), 1);
+    let a = slow.recover("a", "cluster").await.unwrap();
+    assert_eq!((a.epoch, a.next_seq), (1, 1));
+    let fast = LogStore::new(store.clone(), 1);
+    let b = fast.recover("b", "cluster").await.unwrap();
+    assert_eq!((b.epoch, b.next_seq), (2, 2));
+    fast.write_slot(2, 2, record_bytes(2, 2, vec![create("later", 2)]))
+        .await
+        .unwrap();
+    // The slow writer, its NewEpoch at slot 0, now looks for dead slots past it.
+    let err = slow.fill_dead_slots(0, a.epoch).await.unwrap_err();
+    assert!(matches!(err, LogError::EpochTaken(1)), "{err:?}");
+}

@@ -91,12 +91,13 @@ impl World {
         let reader =
             Arc::new(QuorumWriter::new(read_stores, self.scenario.quorum).expect("valid quorum"));
         let cache = Arc::new(ReadCache::new(1 << 20));
+        let clock = self.agent_clock();
         let pipeline = ProducePipeline::start(
             self.scenario.produce.clone(),
             writer,
             control.clone(),
             cache.clone(),
-            self.clock.clone(),
+            clock.clone(),
             self.rng.u64(..),
         );
         let fetch_cache = if self.scenario.gc.uncached_reads {
@@ -106,7 +107,8 @@ impl World {
         };
         let fetch = FetchReader::new(control.clone(), reader, fetch_cache)
             .with_plan_ttl(self.scenario.gc.plan_ttl);
-        let deleter = self.start_deleter(control.clone(), stores);
+        let deleter = self.start_deleter(control.clone(), stores.clone());
+        self.start_sweeper(control.clone(), stores, clock, deleter.subscribe());
         self.incarnations.push(Incarnation {
             number,
             halted,

@@ -86,9 +86,31 @@ impl World {
             incarnation,
             planned_at,
             read_at: planned_at + wait,
-            durable_start: self.auditor.durable_log_start(&topic, partition),
+            durable_start: self.start_known_to(incarnation, &topic, partition),
             deposed: epoch < self.auditor.durable_epoch(),
         })
+    }
+
+    /// The log start a plan by `incarnation` must respect: the durable one, unless the slots
+    /// that moved it landed in the bucket before their writer heard back (a PUT answered after
+    /// the object landed, an ambiguous one retried): until then the retention pass or
+    /// DeleteRecords has not completed, and the bound is the writer's own readable start (the
+    /// durable log up to its last acknowledged slot, which FET-1 checks).
+    fn start_known_to(&self, incarnation: usize, topic: &TopicId, partition: i32) -> i64 {
+        let durable = self.auditor.durable_log_start(topic, partition);
+        let control = &self.incarnations[incarnation].control;
+        let acknowledged = *control.subscribe().borrow();
+        if acknowledged + 1 >= self.auditor.durable_next_seq() {
+            return durable;
+        }
+        control
+            .read(|state| {
+                state
+                    .partition(topic, partition)
+                    .map(|p| p.log_start_offset)
+            })
+            .unwrap_or(0)
+            .min(durable)
     }
 
     /// Reads a plan and hands the batches to the consumer.
@@ -345,7 +367,34 @@ impl World {
         }
     }
 
-    /// Every idempotent batch acknowledged, every consumer at the end of the durable log.
+    /// After healing, the newest live agent may be a writer deposed while idle (no lease yet,
+    /// see [`Held::deposed`]): two overlapping recoveries where the second claimed later but
+    /// wrote behind the first one's `NewEpoch` after the first had looked, and then the first
+    /// stopped the second. With every producer settled nothing writes, so it would serve its
+    /// stale view for ever and consumers stop short of the durable end. A new producer
+    /// connecting (an `InitProducerId`, a log write) makes it notice, as in production: its
+    /// slot is lost and it recovers under a new epoch with the whole durable log.
+    pub(super) fn wake_deposed(&mut self) {
+        let Some(newest) = self.newest_live() else {
+            return;
+        };
+        let epoch = self.incarnations[newest].control.read(|state| state.epoch);
+        if epoch >= self.auditor.durable_epoch() || self.woken == Some((newest, epoch)) {
+            return;
+        }
+        self.woken = Some((newest, epoch));
+        let number = self.incarnations[newest].number;
+        self.event(&format!(
+            "incarnation {number} (epoch {epoch}) deposed while idle: a new producer connects"
+        ));
+        let control = self.incarnations[newest].control.clone();
+        tokio::spawn(async move {
+            let _ = control.submit(Entry::init_producer_id(None, 0)).await;
+        });
+    }
+
+    /// Every idempotent batch acknowledged, every consumer at the end of the durable log (as
+    /// the newest live agent shows it, once that agent is not a deposed writer's stale view).
     pub(super) fn converged(&self) -> bool {
         if self.topic.is_none() || self.newest_live().is_none() {
             return false;
@@ -357,6 +406,9 @@ impl World {
             return false;
         }
         let newest = &self.incarnations[self.newest_live().expect("checked")];
+        if newest.control.read(|state| state.epoch) < self.auditor.durable_epoch() {
+            return false;
+        }
         let topic = self.topic.expect("checked");
         newest.control.read(|state| {
             (0..self.scenario.partitions).all(|partition| {
