@@ -7,6 +7,10 @@
 //!
 //! Cached objects are immutable (`.weir` files are never rewritten), so there is no
 //! invalidation on write; [`ReadCache::remove_file`] drops an object after deletion.
+//!
+//! Each entry is charged its bytes plus [`entry_overhead`]: with batches of a few hundred bytes
+//! (one per produce at a short flush), the maps' bookkeeping per entry is as large as the data,
+//! and charging only the data let a 256 MiB cache hold over 500 MiB (the bounded-state soak).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -26,7 +30,7 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Entries currently cached.
     pub entries: usize,
-    /// Bytes currently cached.
+    /// Bytes charged against the capacity: cached data plus each entry's bookkeeping.
     pub bytes: usize,
     /// Configured capacity in bytes.
     pub capacity_bytes: usize,
@@ -39,6 +43,14 @@ type Span = (u64, u64);
 struct Slot {
     bytes: Bytes,
     generation: u64,
+    /// What the entry is charged against the capacity (bytes + bookkeeping).
+    cost: usize,
+}
+
+/// Bookkeeping of one entry beyond its bytes: the recency map's copy of the path, the two map
+/// nodes and their allocations (an estimate, on the high side).
+pub fn entry_overhead(path: &Path) -> usize {
+    160 + path.as_ref().len()
 }
 
 #[derive(Debug, Default)]
@@ -65,7 +77,7 @@ impl Inner {
             return;
         };
         if let Some(slot) = ranges.remove(&span) {
-            self.used -= slot.bytes.len();
+            self.used -= slot.cost;
             self.lru.remove(&slot.generation);
         }
         if ranges.is_empty() {
@@ -75,21 +87,25 @@ impl Inner {
 
     fn insert(&mut self, path: &Path, span: Span, bytes: Bytes, capacity: usize) {
         self.remove(path, span);
-        let len = bytes.len();
+        let cost = bytes.len() + entry_overhead(path);
         let generation = self.bump();
-        self.objects
-            .entry(path.clone())
-            .or_default()
-            .insert(span, Slot { bytes, generation });
+        self.objects.entry(path.clone()).or_default().insert(
+            span,
+            Slot {
+                bytes,
+                generation,
+                cost,
+            },
+        );
         self.lru.insert(generation, (path.clone(), span));
-        self.used += len;
+        self.used += cost;
         while self.used > capacity {
             let Some((_, (victim_path, victim_span))) = self.lru.pop_first() else {
                 break;
             };
             if let Some(ranges) = self.objects.get_mut(&victim_path) {
                 if let Some(slot) = ranges.remove(&victim_span) {
-                    self.used -= slot.bytes.len();
+                    self.used -= slot.cost;
                     self.evictions += 1;
                 }
                 if ranges.is_empty() {
@@ -126,7 +142,7 @@ impl ReadCache {
     /// object cached before are dropped: the whole file covers them.
     pub fn insert_file(&self, path: &Path, bytes: Bytes) {
         let len = bytes.len();
-        if len > self.capacity {
+        if len + entry_overhead(path) > self.capacity {
             return;
         }
         let mut inner = self.lock();
@@ -146,7 +162,7 @@ impl ReadCache {
     pub fn insert_range(&self, path: &Path, range: Range<u64>, bytes: Bytes) {
         if range.start > range.end
             || range.end - range.start != bytes.len() as u64
-            || bytes.len() > self.capacity
+            || bytes.len() + entry_overhead(path) > self.capacity
         {
             return;
         }
@@ -236,7 +252,10 @@ mod tests {
         assert!(cache.get(&p("a"), 5..11).is_none());
         assert!(cache.get(&p("b"), 0..1).is_none());
         let s = cache.stats();
-        assert_eq!((s.hits, s.misses, s.entries, s.bytes), (2, 2, 1, 10));
+        assert_eq!(
+            (s.hits, s.misses, s.entries, s.bytes),
+            (2, 2, 1, 10 + entry_overhead(&p("a")))
+        );
     }
 
     #[test]
@@ -255,7 +274,7 @@ mod tests {
         // a whole file replaces the ranges it covers
         cache.insert_file(&p("a"), Bytes::from(vec![7u8; 200]));
         let s = cache.stats();
-        assert_eq!((s.entries, s.bytes), (1, 200));
+        assert_eq!((s.entries, s.bytes), (1, 200 + entry_overhead(&p("a"))));
         cache.remove_file(&p("a"));
         assert_eq!(cache.stats().bytes, 0);
         assert!(cache.get(&p("a"), 0..1).is_none());
@@ -263,7 +282,9 @@ mod tests {
 
     #[test]
     fn test_cache_eviction_by_bytes_lru() {
-        let cache = ReadCache::new(100);
+        let entry = 40 + entry_overhead(&p("a"));
+        let capacity = 2 * entry + 20;
+        let cache = ReadCache::new(capacity);
         cache.insert_file(&p("a"), Bytes::from(vec![1u8; 40]));
         cache.insert_file(&p("b"), Bytes::from(vec![2u8; 40]));
         // touch a: b becomes least recently used
@@ -273,18 +294,37 @@ mod tests {
         assert!(cache.get(&p("a"), 0..1).is_some());
         assert!(cache.get(&p("c"), 0..1).is_some());
         let s = cache.stats();
-        assert_eq!((s.entries, s.bytes, s.evictions), (2, 80, 1));
+        assert_eq!((s.entries, s.bytes, s.evictions), (2, 2 * entry, 1));
         assert!(s.bytes <= s.capacity_bytes);
 
-        // larger than capacity: not cached, nothing evicted
-        cache.insert_file(&p("huge"), Bytes::from(vec![0u8; 101]));
+        // larger than capacity with its bookkeeping: not cached, nothing evicted
+        let huge = capacity - entry_overhead(&p("huge")) + 1;
+        cache.insert_file(&p("huge"), Bytes::from(vec![0u8; huge]));
         assert!(cache.get(&p("huge"), 0..1).is_none());
         assert_eq!(cache.stats().entries, 2);
 
         // one big entry pushes out both
-        cache.insert_file(&p("d"), Bytes::from(vec![4u8; 100]));
+        let big = capacity - entry_overhead(&p("d"));
+        cache.insert_file(&p("d"), Bytes::from(vec![4u8; big]));
         let s = cache.stats();
-        assert_eq!((s.entries, s.bytes, s.evictions), (1, 100, 3));
+        assert_eq!((s.entries, s.bytes, s.evictions), (1, capacity, 3));
+    }
+
+    /// Many tiny entries are bounded by their bookkeeping, not only their bytes.
+    #[test]
+    fn test_cache_tiny_entries_are_charged_their_bookkeeping() {
+        let capacity = 100 * 1024;
+        let cache = ReadCache::new(capacity);
+        for i in 0..10_000u64 {
+            cache.insert_range(&p("f"), i * 8..i * 8 + 8, Bytes::from(vec![0u8; 8]));
+        }
+        let s = cache.stats();
+        assert!(s.bytes <= capacity);
+        assert!(
+            s.entries <= capacity / (8 + entry_overhead(&p("f"))),
+            "{} entries of 8 bytes fit in {capacity} bytes",
+            s.entries
+        );
     }
 
     #[test]
@@ -292,8 +332,8 @@ mod tests {
         let cache = ReadCache::new(0);
         cache.insert_file(&p("a"), Bytes::from_static(b"x"));
         assert!(cache.get(&p("a"), 0..1).is_none());
-        // empty file fits even in zero capacity
+        // not even an empty file: every entry costs its bookkeeping
         cache.insert_file(&p("e"), Bytes::new());
-        assert_eq!(cache.get(&p("e"), 0..0).unwrap().len(), 0);
+        assert!(cache.get(&p("e"), 0..0).is_none());
     }
 }

@@ -26,7 +26,7 @@ pub mod quorum;
 pub mod stats;
 pub mod url;
 
-pub use cache::{CacheStats, ReadCache};
+pub use cache::{entry_overhead, CacheStats, ReadCache};
 pub use error::StorageError;
 pub use layer::{LayerPolicy, LayerStore, DEFAULT_REQUEST_TIMEOUT};
 pub use model::{maybe_wrap, LatencyProfile, ModelStore, OpLatency, PutPhases, PROFILE_NAMES};
