@@ -30,6 +30,15 @@ MUTATIONS=(
   "gc-before-durable|crates/weir-control/src/plane.rs|s/waiters.push\(\(reply, self.working.apply\(&entry\)\)\);/if matches!(entry, Entry::AdvanceLogStart { .. }) { self.state.write().unwrap().apply(\&entry); } waiters.push((reply, self.working.apply(\&entry)));/|a log start move reaches readers (the file deleter among them) when its slot is sealed, before it is durable: the deleter acts on the working state's releases (GC-1, RFC 0003 checks a and b)"
 )
 
+# Every tree is extracted with fresh mtimes. The trees share one target dir, and cargo names a
+# workspace crate's artifacts by its path relative to the workspace root, so they are the same
+# across trees. `git archive` would stamp every file with the commit time, older than the
+# artifacts, so cargo would keep a crate built from an earlier tree: a mutation in weir-storage
+# would then leak into every later mutant and into a re-run baseline (found 2026-12-01).
+extract() {
+    git archive HEAD | tar -x -m -C "$1"
+}
+
 wanted=("$@")
 mkdir -p "$root"
 summary=()
@@ -39,7 +48,7 @@ status=0
 if [ ${#wanted[@]} -eq 0 ] || [[ " ${wanted[*]} " =~ " baseline " ]]; then
     tree="$root/baseline"
     rm -rf "$tree" && mkdir -p "$tree"
-    git archive HEAD | tar -x -C "$tree"
+    extract "$tree"
     echo "== baseline: the committed tree, unmutated"
     (cd "$tree" && cargo build -q --release -p weir-sim)
     if "$CARGO_TARGET_DIR/release/weir-sim" --start "$start" --seeds "$seeds" >"$root/baseline.out" 2>&1; then
@@ -55,7 +64,7 @@ for spec in "${MUTATIONS[@]}"; do
     if [ ${#wanted[@]} -gt 0 ] && [[ ! " ${wanted[*]} " =~ " $name " ]]; then continue; fi
     tree="$root/$name"
     rm -rf "$tree" && mkdir -p "$tree"
-    git archive HEAD | tar -x -C "$tree"
+    extract "$tree"
     before=$(sha256sum "$tree/$file")
     perl -0pi -e "$subst" "$tree/$file"
     if [ "$(sha256sum "$tree/$file")" = "$before" ]; then
