@@ -25,6 +25,8 @@ pub mod plane;
 pub mod state;
 pub mod summary;
 pub mod sweep;
+#[cfg(test)]
+mod test_support;
 
 pub use entry::{
     BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, LogStartCause, LogStartMove,

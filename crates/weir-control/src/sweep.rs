@@ -169,15 +169,13 @@ impl OrphanSweeper {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use object_store::memory::InMemory;
     use object_store::{ObjectStoreExt, PutPayload};
     use weir_common::ManualClock;
 
     use super::*;
-    use crate::entry::{BatchCommit, BatchOutcome, FileCommit};
-    use crate::plane::ControlPlaneSettings;
+    use crate::entry::BatchOutcome;
+    use crate::test_support::{one_batch_commit, plane_with_topic};
     use crate::ControlError;
 
     const HOUR: i64 = 3_600_000;
@@ -187,42 +185,14 @@ mod tests {
     }
 
     fn commit(topic: weir_common::TopicId, file_id: FileId) -> Entry {
-        Entry::CommitFile(FileCommit {
-            agent: format!("a-{file_id}"),
-            previous: None,
-            file_id,
-            size: 4,
-            buckets: vec![0],
-            batches: vec![BatchCommit {
-                topic_id: topic,
-                partition: 0,
-                byte_offset: 0,
-                len: 4,
-                offset_span: 1,
-                first_timestamp: 0,
-                max_timestamp: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            }],
-        })
+        one_batch_commit(format!("a-{file_id}"), None, topic, file_id, vec![0], 1)
     }
 
     #[tokio::test]
     async fn test_sweep_deletes_only_unreferenced_objects_older_than_a_durable_horizon() {
         let now = 100 * HOUR;
         let clock = Arc::new(ManualClock::new(now));
-        let control = ControlPlane::open(
-            Arc::new(InMemory::new()),
-            ControlPlaneSettings::default(),
-            1,
-        )
-        .await
-        .unwrap();
-        let topic = control
-            .create_topic("t", 1, BTreeMap::new(), 2)
-            .await
-            .unwrap();
+        let (control, topic) = plane_with_topic(1).await;
         // Offset 0 (file `released`) leaves the log; offset 1 (file `live`) stays.
         let released = id(now - 3 * HOUR, 1);
         let live = id(now - 3 * HOUR, 2);

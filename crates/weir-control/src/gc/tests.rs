@@ -1,27 +1,15 @@
-use std::collections::BTreeMap;
-
 use object_store::memory::InMemory;
 use object_store::PutPayload;
 use weir_common::TopicId;
 
 use super::*;
-use crate::entry::{BatchCommit, FileCommit, LogStartCause, LogStartMove};
-use crate::plane::ControlPlaneSettings;
+use crate::entry::{LogStartCause, LogStartMove};
+use crate::test_support::{one_batch_commit, plane_with_topic};
 
 /// A plane with one topic whose partition 0 holds files 1..=3 (one 10-offset batch each), and
 /// three buckets holding each file (as a quorum writer's background copies would).
 async fn setup() -> (ControlPlane, TopicId, Vec<Arc<InMemory>>) {
-    let control = ControlPlane::open(
-        Arc::new(InMemory::new()),
-        ControlPlaneSettings::default(),
-        7,
-    )
-    .await
-    .unwrap();
-    let topic = control
-        .create_topic("t", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
+    let (control, topic) = plane_with_topic(7).await;
     let buckets: Vec<Arc<InMemory>> = (0..3).map(|_| Arc::new(InMemory::new())).collect();
     let mut previous = None;
     for file in 1..=3u128 {
@@ -31,25 +19,14 @@ async fn setup() -> (ControlPlane, TopicId, Vec<Arc<InMemory>>) {
             bucket.put(&key, PutPayload::from("data")).await.unwrap();
         }
         control
-            .submit(Entry::CommitFile(FileCommit {
-                agent: "a".into(),
+            .submit(one_batch_commit(
+                "a".into(),
                 previous,
+                topic,
                 file_id,
-                size: 4,
-                buckets: vec![0, 1],
-                batches: vec![BatchCommit {
-                    topic_id: topic,
-                    partition: 0,
-                    byte_offset: 0,
-                    len: 4,
-                    offset_span: 10,
-                    first_timestamp: 0,
-                    max_timestamp: 0,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    base_sequence: -1,
-                }],
-            }))
+                vec![0, 1],
+                10,
+            ))
             .await
             .unwrap();
         previous = Some(file_id);
