@@ -5,6 +5,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Interval, MissedTickBehavior};
 
+/// A period in milliseconds for comparing with wall-clock times (saturating).
+pub fn millis(period: Duration) -> i64 {
+    i64::try_from(period.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// An interval for a background pass: a pass that overruns delays the next one instead of
 /// bursting to catch up.
 pub fn pass_interval(period: Duration) -> Interval {

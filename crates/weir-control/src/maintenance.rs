@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{info, warn};
-use weir_common::periodic::{next_pass, pass_interval};
+use weir_common::periodic::{millis, next_pass, pass_interval};
 use weir_common::Clock;
 
 use crate::configs;
@@ -209,10 +209,6 @@ pub async fn apply_expiry(control: &ControlPlane, now_ms: i64, settings: ExpiryS
             }
         }
     }
-}
-
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// One retention pass: submits each topic's moves and logs what moved.

@@ -24,7 +24,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use tokio::sync::watch;
 use tracing::{info, warn};
-use weir_common::periodic::{next_pass, pass_interval};
+use weir_common::periodic::{millis, next_pass, pass_interval};
 use weir_common::{Clock, FileId};
 use weir_storage::keys;
 
@@ -105,7 +105,7 @@ impl OrphanSweeper {
 
     /// One sweep: fence, read, list, delete.
     pub async fn pass(&self) -> Result<SweepPass, String> {
-        let age = i64::try_from(self.settings.orphan_age.as_millis()).unwrap_or(i64::MAX);
+        let age = millis(self.settings.orphan_age);
         let wanted = self.clock.now_ms().saturating_sub(age);
         let horizon_ms = match self
             .control

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
-use weir_common::periodic::{next_pass, pass_interval};
+use weir_common::periodic::{millis, next_pass, pass_interval};
 use weir_control::{Entry, EntryResult};
 use weir_groups::GroupState;
 
@@ -45,7 +45,7 @@ pub(crate) async fn expire_groups(
     settings: &GroupExpirySettings,
     empty_since: &mut HashMap<String, Instant>,
 ) {
-    let retention = i64::try_from(settings.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+    let retention = millis(settings.offsets_retention);
     let bound = broker.clock.now_ms().saturating_sub(retention);
     let candidates: Vec<String> = broker.control.read(|state| {
         state
