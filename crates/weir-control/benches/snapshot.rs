@@ -1,6 +1,9 @@
-//! What a snapshot costs the control plane today (RFC 0003 §8): `State::clone` runs under the
-//! readable state's write lock (commits and readers wait), then JSON encoding runs on a blocking
-//! thread. Both scale with the retained batches; this is the baseline the chunked index must beat.
+//! What a snapshot costs the control plane (RFC 0003 §8): `State::clone` runs under the readable
+//! state's write lock (commits and readers wait), then encoding runs on a blocking thread. With the
+//! chunked index and persistent maps the clone no longer scales with the retained batches; what
+//! the persistent structures cost in return is measured by `apply_commit` (one file of 10
+//! batches applied to a state that was just cloned, as after every snapshot, and to one that was
+//! not).
 //!
 //!   cargo bench -p weir-control --bench snapshot
 
@@ -22,32 +25,41 @@ fn state(batches: usize) -> State {
     });
     let mut previous = None;
     for file in 0..batches / 10 {
-        let file_id = FileId((1u128 << 90) | file as u128);
-        let commit = FileCommit {
-            agent: "bench".into(),
-            previous,
-            file_id,
-            size: 10 * 1024,
-            buckets: vec![0, 1],
-            batches: (0..10)
-                .map(|i| BatchCommit {
-                    topic_id,
-                    partition: ((file * 10 + i) % 100) as i32,
-                    byte_offset: i as u64 * 1024,
-                    len: 1024,
-                    offset_span: 10,
-                    first_timestamp: file as i64,
-                    max_timestamp: file as i64,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    base_sequence: -1,
-                })
-                .collect(),
-        };
+        let commit = file_commit(topic_id, file, previous);
+        previous = Some(commit.file_id);
         state.apply(&Entry::CommitFile(commit));
-        previous = Some(file_id);
     }
     state
+}
+
+fn file_id(file: usize) -> FileId {
+    FileId((1u128 << 90) | file as u128)
+}
+
+/// File number `file`: 10 batches of 1 KiB, 10 records each, over partitions round robin.
+fn file_commit(topic_id: TopicId, file: usize, previous: Option<FileId>) -> FileCommit {
+    let file_id = file_id(file);
+    FileCommit {
+        agent: "bench".into(),
+        previous,
+        file_id,
+        size: 10 * 1024,
+        buckets: vec![0, 1],
+        batches: (0..10)
+            .map(|i| BatchCommit {
+                topic_id,
+                partition: ((file * 10 + i) % 100) as i32,
+                byte_offset: i as u64 * 1024,
+                len: 1024,
+                offset_span: 10,
+                first_timestamp: file as i64,
+                max_timestamp: file as i64,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            })
+            .collect(),
+    }
 }
 
 fn snapshot(c: &mut Criterion) {
@@ -65,6 +77,50 @@ fn snapshot(c: &mut Criterion) {
             b.iter(|| serde_json::to_vec(s).expect("state serialises").len())
         });
     }
+    group.finish();
+
+    let mut group = c.benchmark_group("apply_commit");
+    group.sample_size(20);
+    let topic_id = TopicId([7; 16]);
+    let base = state(1_000_000);
+    let mut check = base.clone();
+    check.apply(&Entry::CommitFile(file_commit(
+        topic_id,
+        100_000,
+        Some(file_id(99_999)),
+    )));
+    assert!(
+        check.files.contains_key(&file_id(100_000)),
+        "the measured commit applies"
+    );
+    group.bench_function("after_clone/1000000", |b| {
+        b.iter_batched(
+            || {
+                let state = base.clone();
+                let snapshot = state.clone();
+                (state, snapshot)
+            },
+            |(mut state, snapshot)| {
+                let tip = Some(file_id(99_999));
+                let result = state.apply(&Entry::CommitFile(file_commit(topic_id, 100_000, tip)));
+                (state, snapshot, result)
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    let mut state = base.clone();
+    let mut file = 100_000;
+    group.bench_function("steady/1000000", |b| {
+        b.iter(|| {
+            let commit = file_commit(topic_id, file, Some(file_id(file - 1)));
+            file += 1;
+            state.apply(&Entry::CommitFile(commit))
+        })
+    });
+    assert!(
+        state.files.contains_key(&file_id(file - 1)),
+        "the measured commits were applied"
+    );
     group.finish();
 }
 

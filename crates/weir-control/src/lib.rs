@@ -34,5 +34,7 @@ pub use entry::{
 };
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
-pub use state::{CommittedOffset, IndexEntry, PartitionState, State, TimeIndex, Topic};
+pub use state::{
+    ChunkedIndex, CommittedOffset, IndexEntry, PartitionState, State, Topic, CHUNK_ENTRIES,
+};
 pub use summary::TopicSummary;

@@ -94,24 +94,22 @@ fn retained_start(partition: &PartitionState, cutoff: Option<i64>, bytes: i64) -
     let index = &partition.index;
     let start_of = |position: usize| index.get(position).map_or(stable, |e| e.base_offset);
     let by_time = cutoff.map_or(partition.log_start_offset, |cutoff| {
-        let position = partition
-            .time_index
-            .first_reaching(index, 0, cutoff)
-            .unwrap_or(index.len());
-        start_of(position)
+        start_of(index.first_reaching(0, cutoff).unwrap_or(index.len()))
     });
     let by_size = if bytes >= 0 {
-        let mut total: u64 = index.iter().map(|e| u64::from(e.len)).sum();
-        let mut position = 0;
-        while let Some(entry) = index.get(position) {
-            let rest = total - u64::from(entry.len);
-            if rest < bytes as u64 {
-                break;
+        // The first position whose batches after it hold fewer than `bytes`: every batch before
+        // it can go while what stays is at least `bytes`.
+        let len = index.len();
+        let (mut low, mut high) = (0, len);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if index.bytes_between(mid + 1, len) >= bytes as u64 {
+                low = mid + 1;
+            } else {
+                high = mid;
             }
-            total = rest;
-            position += 1;
         }
-        start_of(position)
+        start_of(low)
     } else {
         partition.log_start_offset
     };

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use weir_common::{FileId, TopicId};
 
@@ -18,11 +19,11 @@ use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, Of
 use crate::ControlError;
 
 mod expiry;
+mod index;
 mod log_start;
 mod producers;
-mod time_index;
+pub use index::{ChunkedIndex, CHUNK_ENTRIES};
 use producers::{check_sequence, record_sequence, SequenceCheck};
-pub use time_index::TimeIndex;
 
 /// How many recent batches per producer and partition are remembered for duplicate detection,
 /// matching Kafka's limit of 5 in-flight requests for idempotent producers.
@@ -33,12 +34,12 @@ pub struct State {
     pub cluster_id: String,
     pub epoch: u64,
     pub next_producer_id: i64,
-    pub producer_epochs: BTreeMap<i64, i16>,
+    pub producer_epochs: OrdMap<i64, i16>,
     /// Last activity of each producer id (InitProducerId time, file time of its batches).
     #[serde(default)]
-    pub producer_last_ms: BTreeMap<i64, i64>,
+    pub producer_last_ms: OrdMap<i64, i64>,
     pub topics: BTreeMap<String, Topic>,
-    pub files: BTreeMap<FileId, FileMeta>,
+    pub files: OrdMap<FileId, FileMeta>,
     /// Last file committed by each agent incarnation (see `FileCommit::previous`).
     #[serde(default)]
     pub agent_tips: BTreeMap<String, FileId>,
@@ -47,7 +48,7 @@ pub struct State {
     pub group_offsets: BTreeMap<String, GroupOffsets>,
     /// Files no index entry names any more, waiting for the deleter (see `log_start`).
     #[serde(default)]
-    pub released: BTreeMap<FileId, FileMeta>,
+    pub released: OrdMap<FileId, FileMeta>,
     /// No file whose id time is before this commits (the orphan sweep's fence).
     #[serde(default)]
     pub sweep_horizon_ms: i64,
@@ -85,11 +86,8 @@ pub struct PartitionState {
     pub high_watermark: i64,
     pub stable_high_watermark: i64,
     /// Sorted by `base_offset`, dense: each entry starts where the previous ended.
-    pub index: Vec<IndexEntry>,
-    pub producers: BTreeMap<i64, ProducerPartitionState>,
-    /// Derived from `index` (see `time_index`): not serialised, rebuilt on load.
-    #[serde(skip)]
-    pub time_index: TimeIndex,
+    pub index: ChunkedIndex,
+    pub producers: OrdMap<i64, ProducerPartitionState>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,13 +138,6 @@ impl State {
             .values()
             .map(|topic| (topic.id, topic.name.clone()))
             .collect();
-        for partition in self
-            .topics
-            .values_mut()
-            .flat_map(|t| t.partitions.iter_mut())
-        {
-            partition.time_index = TimeIndex::rebuild(&partition.index);
-        }
     }
 
     /// Marks everything assigned as durable (after recovery: all replayed entries are durable).
@@ -490,7 +481,6 @@ impl State {
             first_timestamp: batch.first_timestamp,
             max_timestamp: batch.max_timestamp,
         });
-        partition.time_index.push(batch.max_timestamp);
         partition.high_watermark = last_offset + 1;
         let log_start_offset = partition.log_start_offset;
         if batch.producer_id >= 0 {

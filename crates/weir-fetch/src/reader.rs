@@ -121,7 +121,7 @@ impl FetchReader {
                 .partition_point(|entry| entry.last_offset < offset);
             let mut entries = Vec::new();
             let mut bytes = 0usize;
-            for entry in &partition.index[first..] {
+            for entry in partition.index.iter_from(first) {
                 if entry.base_offset >= high_watermark {
                     break;
                 }

@@ -157,7 +157,11 @@ fn partition_view(
 ) -> (i64, i64, Vec<IndexEntry>) {
     control.read(|state| {
         let p = state.partition(&topic_id, partition).unwrap();
-        (p.high_watermark, p.stable_high_watermark, p.index.clone())
+        (
+            p.high_watermark,
+            p.stable_high_watermark,
+            p.index.iter().copied().collect(),
+        )
     })
 }
 

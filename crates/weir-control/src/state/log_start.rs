@@ -5,7 +5,7 @@
 
 use weir_common::{FileId, TopicId};
 
-use super::{FileMeta, PartitionState, State, TimeIndex};
+use super::{FileMeta, PartitionState, State};
 use crate::entry::LogStartMove;
 use crate::ControlError;
 
@@ -66,7 +66,7 @@ impl State {
     pub(super) fn files_deleted(&mut self, files: &[FileId]) -> usize {
         files
             .iter()
-            .filter(|id| self.released.remove(id).is_some())
+            .filter(|id| self.released.remove(*id).is_some())
             .count()
     }
 
@@ -101,10 +101,8 @@ fn advance_partition(
     let dropped = partition
         .index
         .partition_point(|entry| entry.last_offset < offset);
-    if dropped > 0 {
-        released.extend(partition.index.drain(..dropped).map(|entry| entry.file_id));
-        // The running maximum of the dropped prefix must not leak into the kept entries.
-        partition.time_index = TimeIndex::rebuild(&partition.index);
-    }
+    partition
+        .index
+        .remove_front(dropped, |entry| released.push(entry.file_id));
     Ok(offset)
 }

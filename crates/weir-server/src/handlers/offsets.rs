@@ -1,7 +1,8 @@
 //! ListOffsets v1–v8 and OffsetForLeaderEpoch v2–v4.
 //!
-//! Timestamp lookups are exact at record precision, as in Kafka: the partition's time index
-//! (`weir_control::TimeIndex`, a binary search under the state read lock) names the first batch
+//! Timestamp lookups are exact at record precision, as in Kafka: the partition's index keeps a
+//! running maximum of timestamps per chunk (`weir_control::ChunkedIndex::first_reaching`, a pass
+//! over chunk maxima and a binary search under the state read lock), which names the first batch
 //! whose max timestamp reaches the target; outside the lock that batch is read (cache or
 //! bucket), decompressed if needed, and its records walked for the first one whose timestamp
 //! reaches the target. The read is skipped when the batch's first record already does (the
@@ -188,7 +189,7 @@ fn lookup_from(
     // Visible batches: those holding records from `start` up to the durable high watermark.
     let from = index.partition_point(|e| e.last_offset < start);
     let to = index.partition_point(|e| e.base_offset < high_watermark);
-    let visible = &index[from.min(to)..to];
+    let from = from.min(to);
     let answer_in = |entry: &IndexEntry, target: i64| {
         if log_append_time {
             Lookup::Answer(entry.base_offset.max(start), entry.max_timestamp)
@@ -207,31 +208,15 @@ fn lookup_from(
     match target {
         LATEST => Lookup::Answer(high_watermark, -1),
         EARLIEST | EARLIEST_LOCAL => Lookup::Answer(partition.log_start_offset, -1),
-        // The running maximum through the last visible batch is their largest timestamp, and
-        // the first batch reaching it holds it: two lookups under the lock, no scan.
-        MAX_TIMESTAMP => {
-            let index_covers = partition.time_index.len() == index.len() && from == 0;
-            let max = index_covers
-                .then(|| partition.time_index.max_through(to))
-                .flatten();
-            let position = match max {
-                Some(max) => partition.time_index.first_reaching(index, 0, max),
-                None => visible
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|(_, e)| (e.max_timestamp, std::cmp::Reverse(e.base_offset)))
-                    .map(|(i, _)| from + i),
-            };
-            position
-                .filter(|&position| position < to)
-                .map_or(Lookup::Answer(-1, -1), |position| {
-                    let entry = &index[position];
-                    answer_in(entry, entry.max_timestamp)
-                })
-        }
-        target if target >= 0 => partition
-            .time_index
-            .first_reaching(index, from, target)
+        // The largest timestamp of the visible batches (chunk maxima, and a scan only of the
+        // partial chunks at the ends), then the first batch reaching it, which holds it.
+        MAX_TIMESTAMP => index
+            .max_timestamp_between(from, to)
+            .map_or(Lookup::Answer(-1, -1), |(position, max)| {
+                answer_in(&index[position], max)
+            }),
+        target if target >= 0 => index
+            .first_reaching(from, target)
             .filter(|&position| position < to)
             .map_or(Lookup::Answer(-1, -1), |position| {
                 answer_in(&index[position], target)
@@ -361,11 +346,13 @@ mod tests {
         PartitionState {
             high_watermark: 6,
             stable_high_watermark: 6,
-            index: vec![
+            index: [
                 entry(0, 1, 100, 200),
                 entry(2, 4, 300, 500),
                 entry(5, 5, 400, 400),
-            ],
+            ]
+            .into_iter()
+            .collect(),
             ..PartitionState::default()
         }
     }
@@ -373,7 +360,6 @@ mod tests {
     #[test]
     fn test_offsets_lookup_by_timestamp_and_specials() {
         let mut p = partition();
-        p.time_index = weir_control::TimeIndex::rebuild(&p.index);
         assert_eq!(lookup(&p, LATEST, false), Lookup::Answer(6, -1));
         assert_eq!(lookup(&p, EARLIEST, false), Lookup::Answer(0, -1));
         assert_eq!(lookup(&p, 50, false), Lookup::Answer(0, 100));
@@ -408,7 +394,6 @@ mod tests {
     #[test]
     fn test_offsets_lookup_skips_records_below_a_start_inside_a_batch() {
         let mut p = partition();
-        p.time_index = weir_control::TimeIndex::rebuild(&p.index);
         p.log_start_offset = 3;
         let walk = |target| Lookup::WalkBatch {
             entry: p.index[1],
