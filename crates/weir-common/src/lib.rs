@@ -8,7 +8,9 @@ mod clock;
 pub mod failpoint;
 mod ids;
 pub mod periodic;
+mod tier;
 
 pub use backoff::Backoff;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{FileId, TopicId};
+pub use tier::Tier;

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use weir_common::periodic::{next_pass, pass_interval};
-use weir_common::FileId;
+use weir_common::{FileId, Tier};
 use weir_storage::keys;
 
 use crate::entry::{Entry, EntryResult};
@@ -111,12 +111,16 @@ impl FileDeleter {
     /// bucket, and records the deleted ones in the log.
     pub async fn pass(&mut self) -> DeleterPass {
         let now = Instant::now();
-        let released: BTreeSet<FileId> = self
-            .control
-            .read(|state| state.released.keys().copied().collect());
-        self.first_seen.retain(|id, _| released.contains(id));
-        self.unrecorded.retain(|id| released.contains(id));
-        for id in &released {
+        let released: BTreeMap<FileId, Tier> = self.control.read(|state| {
+            state
+                .released
+                .iter()
+                .map(|(id, meta)| (*id, meta.tier))
+                .collect()
+        });
+        self.first_seen.retain(|id, _| released.contains_key(id));
+        self.unrecorded.retain(|id| released.contains_key(id));
+        for id in released.keys() {
             self.first_seen.entry(*id).or_insert(now);
         }
         let eligible: Vec<FileId> = self
@@ -139,8 +143,9 @@ impl FileDeleter {
         // the pass stays `Send` for a spawned task.
         let mut deletes = Vec::with_capacity(eligible.len() * self.stores.len());
         for id in &eligible {
-            let key = keys::data_file(keys::Tier::Ingest, id);
-            for store in &self.stores {
+            let tier = released[id];
+            let key = keys::data_file(tier, id);
+            for store in self.stores_of(tier) {
                 let (id, key, store) = (*id, key.clone(), store.clone());
                 deletes.push(async move {
                     let outcome = match store.delete(&key).await {
@@ -177,6 +182,13 @@ impl FileDeleter {
         }
         pass.recorded = self.record().await;
         pass
+    }
+
+    /// Every bucket of `tier` that may hold a file of it.
+    fn stores_of(&self, tier: Tier) -> &[Arc<dyn ObjectStore>] {
+        match tier {
+            Tier::Ingest => &self.stores,
+        }
     }
 
     /// Records the deleted files in the log; they stay unrecorded if the entry fails.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
-use weir_common::{FileId, TopicId};
+use weir_common::{FileId, Tier, TopicId};
 
 use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
@@ -104,8 +104,12 @@ pub struct IndexEntry {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileMeta {
     pub size: u64,
+    /// The file's holders: positions in its tier's bucket list (see [`Tier`]).
     pub buckets: Vec<u8>,
     pub live_batches: u32,
+    /// Absent in states from before tiers: every file was an ingest file.
+    #[serde(default, skip_serializing_if = "Tier::is_ingest")]
+    pub tier: Tier,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -400,6 +404,8 @@ impl State {
             size: commit.size,
             buckets: commit.buckets.clone(),
             live_batches: live,
+            // A `CommitFile` commits what a producer uploaded, always to the ingest tier.
+            tier: Tier::Ingest,
         };
         if live > 0 {
             self.files.insert(commit.file_id, meta);

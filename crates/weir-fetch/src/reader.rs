@@ -7,7 +7,7 @@ use futures::future::{self, Either};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use tokio::time::Instant;
-use weir_common::{FileId, TopicId};
+use weir_common::{FileId, Tier, TopicId};
 use weir_control::{ControlPlane, IndexEntry};
 use weir_protocol::batch::rewrite_offsets;
 use weir_storage::{keys, QuorumWriter, ReadCache};
@@ -45,7 +45,20 @@ pub struct ReadPlan {
     planned_at: Instant,
     pub high_watermark: i64,
     pub log_start_offset: i64,
-    entries: Vec<(IndexEntry, Vec<u8>)>,
+    entries: Vec<(IndexEntry, Location)>,
+}
+
+/// Where a planned batch's file is: its tier and its holders' positions in the tier's buckets.
+#[derive(Debug, Clone, Default)]
+struct Location {
+    tier: Tier,
+    holders: Vec<u8>,
+}
+
+impl Location {
+    fn key(&self, file_id: &FileId) -> Path {
+        keys::data_file(self.tier, file_id)
+    }
 }
 
 impl ReadPlan {
@@ -130,13 +143,16 @@ impl FetchReader {
                 if !(fits || must_take_first) {
                     break;
                 }
-                let holders = state
+                let location = state
                     .files
                     .get(&entry.file_id)
-                    .map(|meta| meta.buckets.clone())
+                    .map(|meta| Location {
+                        tier: meta.tier,
+                        holders: meta.buckets.clone(),
+                    })
                     .unwrap_or_default();
                 bytes += entry.len as usize;
-                entries.push((*entry, holders));
+                entries.push((*entry, location));
             }
             Ok(ReadPlan {
                 planned_at: Instant::now(),
@@ -161,7 +177,7 @@ impl FetchReader {
             Cached(Bytes),
             Stored {
                 first: &'a IndexEntry,
-                holders: &'a [u8],
+                location: &'a Location,
                 range: Range<u64>,
                 count: usize,
             },
@@ -169,10 +185,10 @@ impl FetchReader {
         let mut pieces = Vec::new();
         let mut index = 0;
         while index < plan.entries.len() {
-            let (first, holders) = &plan.entries[index];
+            let (first, location) = &plan.entries[index];
             // Fresh batches are cached one range per batch (write-through): serve a hit before
             // coalescing, or a multi-batch range would miss the cache and go to storage.
-            let first_key = keys::data_file(keys::Tier::Ingest, &first.file_id);
+            let first_key = location.key(&first.file_id);
             let first_range = first.byte_offset..first.byte_offset + u64::from(first.len);
             if let Some(batch) = self.cache.get(&first_key, first_range) {
                 pieces.push(Piece::Cached(batch));
@@ -190,7 +206,7 @@ impl FetchReader {
             let last = &plan.entries[end - 1].0;
             pieces.push(Piece::Stored {
                 first,
-                holders,
+                location,
                 range: first.byte_offset..last.byte_offset + u64::from(last.len),
                 count: end - index,
             });
@@ -204,10 +220,10 @@ impl FetchReader {
                 Piece::Cached(bytes) => Either::Left(future::ready(Ok(bytes.clone()))),
                 Piece::Stored {
                     first,
-                    holders,
+                    location,
                     range,
                     ..
-                } => Either::Right(self.read_range(first.file_id, holders, range.clone())),
+                } => Either::Right(self.read_range(first.file_id, location, range.clone())),
             })
             .collect();
         let fetched: Vec<Bytes> = stream::iter(reads)
@@ -246,14 +262,16 @@ impl FetchReader {
     async fn read_range(
         &self,
         file_id: FileId,
-        holders: &[u8],
+        location: &Location,
         range: Range<u64>,
     ) -> Result<Bytes, FetchError> {
-        let key: Path = keys::data_file(keys::Tier::Ingest, &file_id);
+        let key = location.key(&file_id);
         if let Some(bytes) = self.cache.get(&key, range.clone()) {
             return Ok(bytes);
         }
-        let holders: Vec<usize> = holders.iter().map(|h| *h as usize).collect();
+        // Every tier's reads go through the ingest quorum today: it is the only tier.
+        let Tier::Ingest = location.tier;
+        let holders: Vec<usize> = location.holders.iter().map(|h| *h as usize).collect();
         let bytes = self
             .buckets
             .get_range(&holders, &key, range.clone())

@@ -359,7 +359,6 @@ impl Auditor {
         stamps: &Stamps,
         violations: &mut Vec<String>,
     ) -> Option<Seen> {
-        let key = keys::ingest_file(&entry.file_id.to_string(), entry.file_id.unix_ms());
         let Some(meta) = state.files.get(&entry.file_id) else {
             violations.push(format!(
                 "file {} is indexed but has no metadata",
@@ -367,6 +366,7 @@ impl Auditor {
             ));
             return None;
         };
+        let key = keys::data_file(meta.tier, &entry.file_id);
         if self.files_checked.insert(entry.file_id) {
             if meta.buckets.len() < self.quorum {
                 violations.push(format!(

@@ -30,13 +30,7 @@ pub fn ingest_file(file_id: &str, unix_ms: i64) -> Path {
     ])
 }
 
-/// Where a data file lives. Every file is in the ingest tier today; the compaction issue adds
-/// the regional tier (`compacted/{file_id}.weir`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Tier {
-    #[default]
-    Ingest,
-}
+pub use weir_common::Tier;
 
 /// Key of a data file from its metadata: the one function readers, writers, the deleter and the
 /// sweep use, so the layout can change in one place.

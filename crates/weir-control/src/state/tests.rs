@@ -754,3 +754,16 @@ fn test_state_agent_tips_expire_by_file_time() {
     assert!(!state.agent_tips.contains_key("agent-1"));
     assert!(state.agent_tips.contains_key("agent-2"));
 }
+
+#[test]
+fn test_state_file_tier_defaults_to_ingest_and_is_left_out_of_records() {
+    let old = r#"{"size":10,"buckets":[0,2],"live_batches":1}"#;
+    let meta: FileMeta = serde_json::from_str(old).unwrap();
+    assert_eq!(meta.tier, Tier::Ingest);
+    assert_eq!(meta.buckets, vec![0, 2]);
+    // An ingest file's record stays what it was before tiers, so older readers load it.
+    assert_eq!(serde_json::to_string(&meta).unwrap(), old);
+    let mut state = state_with_topic(1);
+    commit(&mut state, 1, vec![batch(0, 1, (-1, -1, -1))]);
+    assert_eq!(state.files[&FileId(1)].tier, Tier::Ingest);
+}

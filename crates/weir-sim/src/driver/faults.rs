@@ -79,7 +79,7 @@ impl World {
                 }) else {
                     return;
                 };
-                let key = weir_storage::keys::ingest_file(&file.to_string(), file.unix_ms());
+                let key = weir_storage::keys::data_file(weir_storage::keys::Tier::Ingest, &file);
                 for bucket in &self.buckets {
                     let _ = bucket.raw.delete(&key).await;
                 }
