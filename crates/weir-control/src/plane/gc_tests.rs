@@ -72,7 +72,9 @@ async fn test_plane_snapshots_after_max_log_bytes() {
         partitions: 1,
         configs: BTreeMap::new(),
     };
-    let slot_bytes = LogStore::encode_record(1, 1, &LogRecord::new(vec![slot])).len() as u64;
+    let slot_bytes = LogStore::encode_record(1, 1, &LogRecord::new(vec![slot]))
+        .unwrap()
+        .len() as u64;
     // Two one-topic slots stay below the limit; the third reaches it.
     let plane = ControlPlane::open(memory.clone(), quiet_settings(3 * slot_bytes), 1)
         .await
