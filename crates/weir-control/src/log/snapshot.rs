@@ -128,6 +128,9 @@ pub struct SnapshotWritten {
     pub chunks: usize,
     /// Bytes of the body (all chunk payloads).
     pub bytes: u64,
+    /// Bytes of the index sections, and the batches they hold.
+    pub index_bytes: u64,
+    pub batches: u64,
 }
 
 impl LogStore {
@@ -218,10 +221,18 @@ impl LogStore {
         seq: u64,
         layout: BodyLayout,
     ) -> Result<SnapshotWritten, LogError> {
-        let written = SnapshotWritten {
+        let mut written = SnapshotWritten {
             chunks: layout.chunks.len(),
             bytes: layout.chunks.iter().map(|c| c.len).sum(),
+            index_bytes: 0,
+            batches: 0,
         };
+        for section in &layout.sections {
+            if let Section::Index { len, entries, .. } = section {
+                written.index_bytes += len;
+                written.batches += entries;
+            }
+        }
         let manifest = Manifest {
             format: SNAPSHOT_FORMAT,
             chunks: layout.chunks,

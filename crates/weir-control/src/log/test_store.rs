@@ -31,6 +31,20 @@ pub(crate) async fn snapshot_at(log: &LogStore, seq: u64) -> FenceSlots {
     replayed.fence
 }
 
+/// The `(seq, n)` of every snapshot chunk in `store`.
+pub(crate) async fn chunk_keys(store: &InMemory) -> std::collections::BTreeSet<(u64, u32)> {
+    use futures::TryStreamExt;
+    let metas: Vec<_> = store
+        .list(Some(&weir_storage::keys::meta_snapshot_chunk_prefix()))
+        .try_collect()
+        .await
+        .unwrap();
+    metas
+        .iter()
+        .filter_map(|meta| weir_storage::keys::parse_snapshot_chunk(&meta.location))
+        .collect()
+}
+
 /// One held PUT: signals its arrival, waits for its release.
 type Hold = (Path, oneshot::Sender<()>, oneshot::Receiver<()>);
 

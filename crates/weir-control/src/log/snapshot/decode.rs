@@ -9,6 +9,9 @@ use weir_common::FileId;
 use weir_format::{index_block_len, IndexDecoder, IndexRow, INDEX_BLOCK_HEADER};
 
 use super::{Manifest, ReadFailure, Section, SnapshotBody, SNAPSHOT_FORMAT};
+
+/// The fewest bytes an index row takes: one per column.
+const MIN_INDEX_ROW_BYTES: u64 = 6;
 use crate::log::FenceSlots;
 use crate::state::{IndexEntry, State};
 
@@ -90,7 +93,7 @@ where
             .get_mut(topic)
             .and_then(|t| t.partitions.get_mut(*partition as usize))
             .ok_or_else(|| unreadable(format!("index of unknown partition {topic}-{partition}")))?;
-        let index = read_index(&mut reader, *len, &files).await?;
+        let index = read_index(&mut reader, *len, *entries, &files).await?;
         if index.len() as u64 != *entries {
             return Err(unreadable(format!(
                 "{topic}-{partition}: {} index entries, the manifest says {entries}",
@@ -137,6 +140,7 @@ where
 async fn read_index<S>(
     reader: &mut BodyReader<S>,
     len: u64,
+    entries: u64,
     files: &[FileId],
 ) -> Result<Vec<IndexEntry>, ReadFailure>
 where
@@ -144,7 +148,9 @@ where
 {
     let mut decoder = IndexDecoder::new(files.len() as u32);
     let mut rows: Vec<IndexRow> = Vec::new();
-    let mut index = Vec::new();
+    // Sized once from the manifest, but never beyond what `len` bytes could hold: a row takes
+    // at least one byte per column.
+    let mut index = Vec::with_capacity(entries.min(len / MIN_INDEX_ROW_BYTES) as usize);
     let mut remaining = len;
     while remaining > 0 {
         let header = reader.read(INDEX_BLOCK_HEADER).await?;

@@ -87,13 +87,14 @@ pub(super) fn encode_body(
             let start = out.written;
             let mut encoder = IndexEncoder::new();
             let mut entries = partition.index.iter().peekable();
+            let mut hint = 0;
             while entries.peek().is_some() {
                 rows.clear();
                 rows.extend(
                     entries
                         .by_ref()
                         .take(INDEX_BLOCK_ROWS)
-                        .map(|e| files.row(e)),
+                        .map(|e| files.row(e, &mut hint)),
                 );
                 block.clear();
                 encoder
@@ -124,27 +125,53 @@ struct FileTable {
 }
 
 impl FileTable {
+    /// Apply keeps every file an index entry names in `State::files`, so the table is those
+    /// keys (already sorted); an indexed file missing there is added all the same.
     fn of(state: &State) -> Self {
-        let mut ids = Vec::new();
+        let mut table = Self {
+            ids: state.files.keys().copied().collect(),
+        };
+        let mut missing = Vec::new();
         for partition in state.topics.values().flat_map(|t| t.partitions.iter()) {
-            let mut last = None;
+            let mut hint = 0;
             for entry in partition.index.iter() {
-                if last != Some(entry.file_id) {
-                    ids.push(entry.file_id);
-                    last = Some(entry.file_id);
+                if table.find(entry.file_id, &mut hint).is_none() {
+                    missing.push(entry.file_id);
                 }
             }
         }
-        ids.sort_unstable();
-        ids.dedup();
-        Self { ids }
+        if !missing.is_empty() {
+            table.ids.extend(missing);
+            table.ids.sort_unstable();
+            table.ids.dedup();
+        }
+        table
     }
 
-    fn row(&self, entry: &IndexEntry) -> IndexRow {
-        // Built from these very entries: every file is in the table.
+    /// The position of `id`, searched from `hint` (the previous entry's position, updated):
+    /// a partition's files mostly grow, so a short gallop forward usually finds it.
+    fn find(&self, id: FileId, hint: &mut usize) -> Option<usize> {
+        let ids = &self.ids;
+        let start = (*hint).min(ids.len());
+        let range = if ids.get(start).is_some_and(|at| *at <= id) {
+            let (mut end, mut step) = (start + 1, 1);
+            while end < ids.len() && ids[end] <= id {
+                step *= 2;
+                end = start + step;
+            }
+            start..end.min(ids.len())
+        } else {
+            0..ids.len()
+        };
+        let position = range.start + ids[range].binary_search(&id).ok()?;
+        *hint = position;
+        Some(position)
+    }
+
+    fn row(&self, entry: &IndexEntry, hint: &mut usize) -> IndexRow {
+        // `of` put every indexed file in the table.
         let file = self
-            .ids
-            .binary_search(&entry.file_id)
+            .find(entry.file_id, hint)
             .expect("the file table holds every indexed file");
         IndexRow {
             base_offset: entry.base_offset,
@@ -308,5 +335,70 @@ impl<'a> PartitionRef<'a> {
             index: [],
             producers: &partition.producers,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_file_table_finds_every_file_from_any_hint() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut ids: Vec<FileId> = (0..300).map(|_| FileId(rng.u128(..1 << 20))).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let table = FileTable { ids: ids.clone() };
+        for _ in 0..5_000 {
+            let mut hint = rng.usize(..ids.len() + 3);
+            let want = rng.usize(..ids.len());
+            assert_eq!(table.find(ids[want], &mut hint), Some(want));
+            assert_eq!(hint, want);
+            let absent = FileId(ids[want].0 + 1);
+            if ids.binary_search(&absent).is_err() {
+                let before = hint;
+                assert_eq!(table.find(absent, &mut hint), None);
+                assert_eq!(hint, before, "a miss leaves the hint");
+            }
+        }
+    }
+
+    /// An indexed file that `State::files` lacks (apply never leaves one) still gets a place
+    /// in the table instead of failing the snapshot.
+    #[test]
+    fn test_file_table_adds_indexed_files_missing_from_the_file_map() {
+        let mut state = State::default();
+        let mut partition = PartitionState::default();
+        let entry = |base: i64, file: u128| IndexEntry {
+            base_offset: base,
+            last_offset: base,
+            file_id: FileId(file),
+            byte_offset: 0,
+            len: 1,
+            first_timestamp: 0,
+            max_timestamp: 0,
+        };
+        partition.index = [entry(0, 5), entry(1, 9), entry(2, 5)]
+            .into_iter()
+            .collect();
+        state.files.insert(
+            FileId(9),
+            FileMeta {
+                size: 1,
+                buckets: vec![],
+                live_batches: 1,
+            },
+        );
+        state.topics.insert(
+            "t".into(),
+            Topic {
+                name: "t".into(),
+                id: TopicId([1; 16]),
+                configs: BTreeMap::new(),
+                partitions: vec![partition],
+            },
+        );
+        let table = FileTable::of(&state);
+        assert_eq!(table.ids, [FileId(5), FileId(9)]);
     }
 }
