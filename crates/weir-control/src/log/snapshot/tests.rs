@@ -183,6 +183,10 @@ async fn test_snapshot_index_costs_few_bytes_per_batch() {
         .sum();
     assert_eq!(written.batches, batches as u64);
     assert!(written.index_bytes < 14 * written.batches, "{written:?}");
+    // Partitions of more than one index block read back.
+    assert!(batches / 3 > weir_format::INDEX_BLOCK_ROWS);
+    let (decoded, _) = log.read_snapshot(2).await.unwrap().unwrap().unwrap();
+    assert_eq!(json(&decoded), json(&state));
 }
 
 #[tokio::test]
