@@ -20,9 +20,10 @@
 //! ```
 //!
 //! Columns keep similar values together; every delta is small in the common case (batches of a
-//! partition land in time order, in files whose ids grow), so a row costs ~10–14 bytes. Each
-//! block is self-contained; the decoder checks that consecutive blocks stay dense. File
-//! references index a per-snapshot file table the caller keeps.
+//! partition land in time order, in files whose ids grow), so a row costs ~8 bytes (RFC 0003
+//! aims at ~14; JSON costs ~160–190). Each block is self-contained; the decoder checks that
+//! consecutive blocks stay dense. File references index a per-snapshot file table the caller
+//! keeps.
 //!
 //! Decoding is total (BAD-1): malformed input is a [`FormatError`], never a panic, and no
 //! allocation exceeds what the input's length could describe.
@@ -34,7 +35,7 @@ pub const INDEX_BLOCK_ROWS: usize = 4096;
 /// Bytes of the block header (the body length).
 pub const INDEX_BLOCK_HEADER: usize = 4;
 /// The longest encoding of one row: four 10-byte varints and two 5-byte ones.
-const MAX_ROW_BYTES: usize = 4 * 10 + 2 * 5 + 10;
+const MAX_ROW_BYTES: usize = 4 * 10 + 2 * 5;
 /// The longest block body an encoder can produce; a header claiming more is malformed.
 pub const MAX_INDEX_BLOCK_BYTES: usize = 5 + 10 + INDEX_BLOCK_ROWS * MAX_ROW_BYTES;
 /// The shortest encoding of one row: six one-byte varints.
@@ -411,6 +412,36 @@ mod tests {
         for block in [1, 2] {
             assert_eq!(decode(&encode(&rows, block), 4).unwrap(), rows);
         }
+    }
+
+    /// The decoder refuses blocks longer than `MAX_INDEX_BLOCK_BYTES`: the longest block an
+    /// encoder writes must fit.
+    #[test]
+    fn test_index_longest_block_fits_the_limit() {
+        let mut base = i64::MIN;
+        let rows: Vec<IndexRow> = (0..INDEX_BLOCK_ROWS)
+            .map(|i| {
+                let odd = i % 2 == 1;
+                let span = if i == 0 { i64::MAX } else { 1 };
+                let row = IndexRow {
+                    base_offset: base,
+                    last_offset: base + (span - 1),
+                    file: if odd { u32::MAX - 1 } else { 0 },
+                    byte_offset: if odd { u64::MAX } else { 1 << 63 },
+                    len: u32::MAX,
+                    // Deltas of ±2^62 between rows and within one: ten bytes each.
+                    first_timestamp: if odd { 0 } else { 1 << 62 },
+                    max_timestamp: if odd { -(1 << 62) } else { i64::MIN },
+                };
+                base = row.last_offset + 1;
+                row
+            })
+            .collect();
+        let bytes = encode(&rows, INDEX_BLOCK_ROWS);
+        let header = bytes[..INDEX_BLOCK_HEADER].try_into().unwrap();
+        let len = index_block_len(header).unwrap();
+        assert!(len > INDEX_BLOCK_ROWS * 40, "a heavy case: {len} bytes");
+        assert_eq!(decode(&bytes, u32::MAX).unwrap(), rows);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! JSON [`Manifest`]: each chunk's length and CRC32C and the section table). The chunks
 //! concatenated are the body: a `small` section (the state without batch indexes, plus the
 //! fence, as JSON, so it evolves with serde defaults), the file table, and one columnar index
-//! section per non-empty partition (`weir_format::index`, ~10 B per batch instead of ~190 B).
+//! section per non-empty partition (`weir_format::index`, ~8 B per batch instead of ~160–190 B
+//! of JSON, benchmarks §11).
 //!
 //! A manifest is written only after every chunk is, so a listed manifest whose chunks do not
 //! all read back and verify is damage, not a snapshot in progress: it is skipped like any
