@@ -119,38 +119,12 @@ impl IndexEncoder {
         for row in rows {
             put_varint(out, row.last_offset.abs_diff(row.base_offset) + 1);
         }
-        let mut previous_file = 0u32;
-        for row in rows {
-            put_varint(out, zigzag(i64::from(row.file) - i64::from(previous_file)));
-            previous_file = row.file;
-        }
-        for row in rows {
-            put_varint(out, u64::from(row.len));
-        }
-        let mut previous: Option<&IndexRow> = None;
-        for row in rows {
-            match previous.filter(|p| p.file == row.file) {
-                Some(p) => {
-                    let end = p.byte_offset.wrapping_add(u64::from(p.len));
-                    put_varint(out, zigzag(row.byte_offset.wrapping_sub(end) as i64));
-                }
-                None => put_varint(out, row.byte_offset),
+        for column in &COLUMNS {
+            let mut previous = None;
+            for row in rows {
+                put_varint(out, (column.encode)(previous, row));
+                previous = Some(row);
             }
-            previous = Some(row);
-        }
-        let mut previous_first = 0i64;
-        for row in rows {
-            put_varint(
-                out,
-                zigzag(row.first_timestamp.wrapping_sub(previous_first)),
-            );
-            previous_first = row.first_timestamp;
-        }
-        for row in rows {
-            put_varint(
-                out,
-                zigzag(row.max_timestamp.wrapping_sub(row.first_timestamp)),
-            );
         }
         let body_len = (out.len() - body_at) as u32;
         out[header_at..body_at].copy_from_slice(&body_len.to_be_bytes());
@@ -186,24 +160,14 @@ impl IndexDecoder {
         }
     }
 
-    /// Decodes one block `body` (the bytes after its header, exactly) and appends its rows.
-    pub fn decode_block(
-        &mut self,
-        body: &[u8],
-        out: &mut Vec<IndexRow>,
-    ) -> Result<(), FormatError> {
-        let mut input = Varints { buf: body };
-        let count = input.next()?;
-        let count = usize::try_from(count)
-            .ok()
-            .filter(|n| (1..=INDEX_BLOCK_ROWS).contains(n))
-            .ok_or(FormatError::MalformedIndex("block row count out of range"))?;
-        if count.saturating_mul(MIN_ROW_BYTES) > body.len() {
-            return Err(FormatError::MalformedIndex(
-                "more rows than the block could hold",
-            ));
-        }
-        let mut base_offset = unzigzag(input.next()?);
+    /// The span column: rows with their offsets (the rest zero), checked dense from the
+    /// previous block on, and where the next block must start.
+    fn decode_spans(
+        &self,
+        input: &mut Varints<'_>,
+        count: usize,
+        mut base_offset: i64,
+    ) -> Result<(Vec<IndexRow>, NextBase), FormatError> {
         let mut next_base = self.next_base;
         let mut rows = Vec::with_capacity(count);
         for _ in 0..count {
@@ -226,37 +190,34 @@ impl IndexDecoder {
             // Past i64::MAX `advance` has already refused the next row.
             base_offset = last_offset.wrapping_add(1);
         }
-        let mut file = 0i64;
-        for row in &mut rows {
-            file = file
-                .checked_add(unzigzag(input.next()?))
-                .filter(|f| (0..i64::from(self.file_count)).contains(f))
-                .ok_or(FormatError::MalformedIndex(
-                    "file reference outside the file table",
-                ))?;
-            row.file = file as u32;
+        Ok((rows, next_base))
+    }
+
+    /// Decodes one block `body` (the bytes after its header, exactly) and appends its rows.
+    pub fn decode_block(
+        &mut self,
+        body: &[u8],
+        out: &mut Vec<IndexRow>,
+    ) -> Result<(), FormatError> {
+        let mut input = Varints { buf: body };
+        let count = input.next()?;
+        let count = usize::try_from(count)
+            .ok()
+            .filter(|n| (1..=INDEX_BLOCK_ROWS).contains(n))
+            .ok_or(FormatError::MalformedIndex("block row count out of range"))?;
+        if count.saturating_mul(MIN_ROW_BYTES) > body.len() {
+            return Err(FormatError::MalformedIndex(
+                "more rows than the block could hold",
+            ));
         }
-        for row in &mut rows {
-            row.len = u32::try_from(input.next()?)
-                .map_err(|_| FormatError::MalformedIndex("batch length over u32"))?;
-        }
-        for i in 0..rows.len() {
-            let value = input.next()?;
-            rows[i].byte_offset = match i.checked_sub(1).map(|p| rows[p]) {
-                Some(p) if p.file == rows[i].file => p
-                    .byte_offset
-                    .wrapping_add(u64::from(p.len))
-                    .wrapping_add(unzigzag(value) as u64),
-                _ => value,
-            };
-        }
-        let mut previous_first = 0i64;
-        for row in &mut rows {
-            row.first_timestamp = previous_first.wrapping_add(unzigzag(input.next()?));
-            previous_first = row.first_timestamp;
-        }
-        for row in &mut rows {
-            row.max_timestamp = row.first_timestamp.wrapping_add(unzigzag(input.next()?));
+        let base_offset = unzigzag(input.next()?);
+        let (mut rows, next_base) = self.decode_spans(&mut input, count, base_offset)?;
+        for column in &COLUMNS {
+            for i in 0..rows.len() {
+                let previous = i.checked_sub(1).map(|p| rows[p]);
+                let value = input.next()?;
+                (column.decode)(previous.as_ref(), &mut rows[i], value, self.file_count)?;
+            }
         }
         if !input.buf.is_empty() {
             return Err(FormatError::TrailingBytes {
@@ -271,6 +232,80 @@ impl IndexDecoder {
 }
 
 const SECTION: &str = "snapshot index block";
+
+/// A column after the spans, in block order: a row's field as one varint, given the previous
+/// row of the block (`None` for the first), and back. A column's decoder may read the fields
+/// of earlier columns (of this row and the previous one), never of later ones.
+struct Column {
+    encode: fn(Option<&IndexRow>, &IndexRow) -> u64,
+    decode: fn(Option<&IndexRow>, &mut IndexRow, u64, u32) -> Result<(), FormatError>,
+}
+
+const COLUMNS: [Column; 5] = [
+    // File reference: a delta, as files mostly grow along a partition.
+    Column {
+        encode: |previous, row| {
+            zigzag(i64::from(row.file) - i64::from(previous.map_or(0, |p| p.file)))
+        },
+        decode: |previous, row, value, file_count| {
+            let file = i64::from(previous.map_or(0, |p| p.file))
+                .checked_add(unzigzag(value))
+                .filter(|f| (0..i64::from(file_count)).contains(f))
+                .ok_or(FormatError::MalformedIndex(
+                    "file reference outside the file table",
+                ))?;
+            row.file = file as u32;
+            Ok(())
+        },
+    },
+    Column {
+        encode: |_, row| u64::from(row.len),
+        decode: |_, row, value, _| {
+            row.len = u32::try_from(value)
+                .map_err(|_| FormatError::MalformedIndex("batch length over u32"))?;
+            Ok(())
+        },
+    },
+    // Byte offset: in the previous row's file, the distance from that row's end (usually 0).
+    Column {
+        encode: |previous, row| match previous.filter(|p| p.file == row.file) {
+            Some(p) => zigzag(row.byte_offset.wrapping_sub(end_of(p)) as i64),
+            None => row.byte_offset,
+        },
+        decode: |previous, row, value, _| {
+            row.byte_offset = match previous.filter(|p| p.file == row.file) {
+                Some(p) => end_of(p).wrapping_add(unzigzag(value) as u64),
+                None => value,
+            };
+            Ok(())
+        },
+    },
+    Column {
+        encode: |previous, row| {
+            zigzag(
+                row.first_timestamp
+                    .wrapping_sub(previous.map_or(0, |p| p.first_timestamp)),
+            )
+        },
+        decode: |previous, row, value, _| {
+            let previous = previous.map_or(0, |p| p.first_timestamp);
+            row.first_timestamp = previous.wrapping_add(unzigzag(value));
+            Ok(())
+        },
+    },
+    Column {
+        encode: |_, row| zigzag(row.max_timestamp.wrapping_sub(row.first_timestamp)),
+        decode: |_, row, value, _| {
+            row.max_timestamp = row.first_timestamp.wrapping_add(unzigzag(value));
+            Ok(())
+        },
+    },
+];
+
+/// Where a row's batch ends in its file.
+fn end_of(row: &IndexRow) -> u64 {
+    row.byte_offset.wrapping_add(u64::from(row.len))
+}
 
 /// Reads LEB128 varints from a slice.
 struct Varints<'a> {

@@ -49,65 +49,24 @@ pub(super) fn encode_body(
         chunks: Vec::new(),
         sink,
     };
-    let mut sections = Vec::new();
-
-    let start = out.written;
-    let small = SmallRef {
-        state: StateRef::new(state),
-        fence,
-    };
-    serde_json::to_writer(&mut out, &small).map_err(|err| match err.io_error_kind() {
-        Some(_) => EncodeError::Aborted,
-        None => EncodeError::Json(err),
-    })?;
-    sections.push(Section::Small {
-        offset: start,
-        len: out.written - start,
-    });
-
+    let mut sections = vec![write_small(&mut out, state, fence)?];
     let files = FileTable::of(state);
-    let start = out.written;
-    for id in &files.ids {
-        out.put(&id.0.to_be_bytes())?;
-    }
-    sections.push(Section::Files {
-        offset: start,
-        len: out.written - start,
-        count: files.ids.len() as u64,
-    });
-
-    let mut rows = Vec::with_capacity(INDEX_BLOCK_ROWS);
-    let mut block = Vec::new();
+    sections.push(write_file_table(&mut out, &files)?);
+    let mut scratch = IndexScratch::default();
     for (name, topic) in &state.topics {
         for (number, partition) in topic.partitions.iter().enumerate() {
-            let count = partition.index.len();
-            if count == 0 {
+            // Only `len()` and `iter()`: the index type is about to become a chunked one.
+            let entries = partition.index.len() as u64;
+            if entries == 0 {
                 continue;
             }
-            let start = out.written;
-            let mut encoder = IndexEncoder::new();
-            let mut entries = partition.index.iter().peekable();
-            let mut hint = 0;
-            while entries.peek().is_some() {
-                rows.clear();
-                rows.extend(
-                    entries
-                        .by_ref()
-                        .take(INDEX_BLOCK_ROWS)
-                        .map(|e| files.row(e, &mut hint)),
-                );
-                block.clear();
-                encoder
-                    .encode_block(&rows, &mut block)
-                    .map_err(EncodeError::Format)?;
-                out.put(&block)?;
-            }
+            let (offset, len) = write_index(&mut out, partition, &files, &mut scratch)?;
             sections.push(Section::Index {
                 topic: name.clone(),
                 partition: number as u32,
-                offset: start,
-                len: out.written - start,
-                entries: count as u64,
+                offset,
+                len,
+                entries,
             });
         }
     }
@@ -116,6 +75,72 @@ pub(super) fn encode_body(
         chunks: out.chunks,
         sections,
     })
+}
+
+/// The `small` section, streamed through the chunk writer as serde produces it.
+fn write_small(
+    out: &mut ChunkWriter<'_>,
+    state: &State,
+    fence: &FenceSlots,
+) -> Result<Section, EncodeError> {
+    let offset = out.written;
+    let small = SmallRef {
+        state: StateRef::new(state),
+        fence,
+    };
+    serde_json::to_writer(&mut *out, &small).map_err(|err| match err.io_error_kind() {
+        Some(_) => EncodeError::Aborted,
+        None => EncodeError::Json(err),
+    })?;
+    Ok(Section::Small {
+        offset,
+        len: out.written - offset,
+    })
+}
+
+fn write_file_table(out: &mut ChunkWriter<'_>, files: &FileTable) -> Result<Section, EncodeError> {
+    let offset = out.written;
+    for id in &files.ids {
+        out.put(&id.0.to_be_bytes())?;
+    }
+    Ok(Section::Files {
+        offset,
+        len: out.written - offset,
+        count: files.ids.len() as u64,
+    })
+}
+
+/// Buffers reused across partitions: one block of rows and its encoding.
+#[derive(Default)]
+struct IndexScratch {
+    rows: Vec<IndexRow>,
+    block: Vec<u8>,
+}
+
+/// One partition's index section, block by block; returns its offset and length.
+fn write_index(
+    out: &mut ChunkWriter<'_>,
+    partition: &PartitionState,
+    files: &FileTable,
+    scratch: &mut IndexScratch,
+) -> Result<(u64, u64), EncodeError> {
+    let offset = out.written;
+    let mut encoder = IndexEncoder::new();
+    let mut entries = partition.index.iter().peekable();
+    let mut hint = 0;
+    while entries.peek().is_some() {
+        scratch.rows.clear();
+        let block = entries.by_ref().take(INDEX_BLOCK_ROWS);
+        scratch
+            .rows
+            .extend(block.map(|entry| files.row(entry, &mut hint)));
+        scratch.block.clear();
+        encoder
+            .encode_block(&scratch.rows, &mut scratch.block)
+            .map_err(EncodeError::Format)?;
+        out.put(&scratch.block)?;
+    }
+    Ok((offset, out.written - offset))
 }
 
 /// The files the indexes name, sorted: an index row names its file by position here (a few
