@@ -17,6 +17,14 @@ def meta_seqs(agent, kind: str) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
+def chunk_seqs(agent) -> set[int]:
+    """Snapshots with chunks under meta/snapshot-chunk/{seq}/ (empty directories are not)."""
+    directory = agent.data_dir / "bucket" / "meta" / "snapshot-chunk"
+    if not directory.exists():
+        return set()
+    return {int(d.name) for d in directory.iterdir() if d.name.isdigit() and any(d.iterdir())}
+
+
 def collected(agent) -> bool:
     """Two snapshots kept, and no slot between the first epoch's slot 0 and the older one."""
     snapshots = meta_seqs(agent, "snapshot")
@@ -50,3 +58,8 @@ def test_log_gc_deletes_behind_snapshots_and_restarts_recover_everything(agent_f
     # Every epoch's first slot below the snapshots stays: the fence against a deposed writer.
     snapshots = meta_seqs(agent, "snapshot")
     assert len([s for s in meta_seqs(agent, "log") if s <= snapshots[0]]) <= len(epochs)
+    # Snapshots are binary (RFC 0003 §8): both kept ones have chunks, and none below the older
+    # one is left (above it only a snapshot killed mid-write may leave some, for the next GC).
+    chunks = chunk_seqs(agent)
+    assert set(snapshots) <= chunks
+    assert min(chunks) == snapshots[0]

@@ -1,16 +1,22 @@
-//! What a snapshot costs the control plane (RFC 0003 §8): `State::clone` runs under the readable
-//! state's write lock (commits and readers wait), then encoding runs on a blocking thread. With the
-//! chunked index and persistent maps the clone no longer scales with the retained batches; what
-//! the persistent structures cost in return is measured by `apply_commit` (one file of 10
-//! batches applied to a state that was just cloned, as after every snapshot, and to one that was
-//! not).
+//! What a snapshot costs the control plane (RFC 0003 §8): `State::clone` runs under the
+//! readable state's write lock (commits and readers wait), then encoding runs on a blocking
+//! thread. With the chunked index and persistent maps the clone no longer scales with the
+//! retained batches. `encode_json` is the legacy format; `write_binary` encodes the binary chunked
+//! format and PUTs it to an in-memory store, `replay_binary` GETs, verifies and decodes it
+//! (recovery from it). The binary body's bytes per batch are printed once per size. What the
+//! persistent structures cost in return is `apply_commit` (one file of 10 batches applied to a
+//! state that was just cloned, as after every snapshot, and in steady state).
 //!
 //!   cargo bench -p weir-control --bench snapshot
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use object_store::memory::InMemory;
 use weir_common::{FileId, TopicId};
+use weir_control::log::{FenceSlots, LogStore};
 use weir_control::{BatchCommit, Entry, FileCommit, State};
 
 /// A state with `batches` retained batches over 100 partitions, 10 batches per file.
@@ -75,6 +81,33 @@ fn snapshot(c: &mut Criterion) {
         );
         group.bench_with_input(BenchmarkId::new("encode_json", batches), &state, |b, s| {
             b.iter(|| serde_json::to_vec(s).expect("state serialises").len())
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let fence = FenceSlots::default();
+        let log = LogStore::new(Arc::new(InMemory::new()), 1);
+        let written = runtime
+            .block_on(log.write_snapshot(1, 1, &state, &fence))
+            .expect("a snapshot");
+        eprintln!(
+            "binary snapshot of {batches} batches: {} bytes in {} chunks, {:.1} B per batch, \
+             of which index sections {:.1} B per batch (JSON: {:.1} B per batch)",
+            written.bytes,
+            written.chunks,
+            written.bytes as f64 / batches as f64,
+            written.index_bytes as f64 / batches as f64,
+            serde_json::to_vec(&state).expect("state serialises").len() as f64 / batches as f64,
+        );
+        group.bench_with_input(BenchmarkId::new("write_binary", batches), &state, |b, s| {
+            b.iter(|| {
+                runtime
+                    .block_on(log.write_snapshot(1, 1, s, &fence))
+                    .expect("written")
+            })
+        });
+        group.bench_function(BenchmarkId::new("replay_binary", batches), |b| {
+            b.iter(|| runtime.block_on(log.replay()).expect("replayed").state)
         });
     }
     group.finish();

@@ -6,7 +6,8 @@
 //!   writes, and its first record is `Entry::NewEpoch`.
 //! * Replay reads slots in order until the first missing one; a record whose epoch is lower than
 //!   an epoch already seen is dead (written by a deposed writer after the takeover) and skipped.
-//! * Snapshots `meta/snapshot/{s:020}` hold the state after slot `s` ([`snapshot`]).
+//! * Snapshots `meta/snapshot/{s:020}` hold the state after slot `s` ([`snapshot`]): a manifest
+//!   of binary chunks `meta/snapshot-chunk/{s:020}/{n:06}`, or (written before) one JSON object.
 //! * Log GC deletes what the two newest snapshots make unnecessary, except the fence slots
 //!   ([`gc`], RFC 0003 §7). Recovery therefore never lists or reads the log below a snapshot.
 
@@ -16,6 +17,7 @@ mod snapshot;
 pub(crate) mod test_store;
 
 pub use gc::{FenceSlots, GcReport, KEPT_EPOCHS};
+pub use snapshot::{SnapshotWritten, MAX_CHUNK_GETS, MAX_CHUNK_PUTS, MAX_SNAPSHOT_CHUNK_BYTES};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,13 +55,18 @@ pub enum LogError {
     },
     #[error("epoch {0} was claimed by another control plane")]
     EpochTaken(u64),
-    /// An object too large for its envelope (a snapshot of a state past 4 GiB).
+    /// An object that cannot be encoded: a log slot too large for its envelope (4 GiB), or a
+    /// snapshot of a state the binary format cannot hold (an index that is not dense).
     #[error("cannot encode {key}: {source}")]
     Encode {
         key: String,
         #[source]
         source: FormatError,
     },
+    /// A snapshot's encoder stopped before it finished (it panicked, its state did not
+    /// serialise, or its upload failed first).
+    #[error("snapshot encoder stopped: {0}")]
+    SnapshotEncoder(String),
     /// A log slot that does not decode. Replay cannot skip it (the slots after it may depend on
     /// it), so recovery stops and the operator decides.
     #[error(
@@ -114,6 +121,8 @@ pub struct LogStore {
     write_attempts: u32,
     /// The wall clock a new epoch records (`NewEpoch::at_ms`).
     clock: Arc<dyn Clock>,
+    /// Body bytes per snapshot chunk (tests use tiny chunks to cover many).
+    snapshot_chunk_bytes: usize,
 }
 
 /// The durable state as replay finds it.
@@ -158,7 +167,14 @@ impl LogStore {
             store,
             write_attempts: write_attempts.max(1),
             clock: Arc::new(SystemClock),
+            snapshot_chunk_bytes: MAX_SNAPSHOT_CHUNK_BYTES,
         }
+    }
+
+    /// Sets the body bytes per snapshot chunk, at most [`MAX_SNAPSHOT_CHUNK_BYTES`].
+    pub fn with_snapshot_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.snapshot_chunk_bytes = bytes.clamp(1, MAX_SNAPSHOT_CHUNK_BYTES);
+        self
     }
 
     /// Sets the wall clock recorded in `NewEpoch` entries (the simulator's clock).
@@ -167,11 +183,18 @@ impl LogStore {
         self
     }
 
-    pub fn encode_record(epoch: u64, seq: u64, record: &LogRecord) -> Bytes {
+    /// Encodes slot `seq`. A slot holds at most `max_entries_per_slot` entries, each from one
+    /// request of at most `kafka.max_frame_bytes`, so its JSON can in principle pass the
+    /// envelope's 4 GiB: that is [`LogError::Encode`], which the writer handles like a failed
+    /// slot write (its callers get `Unavailable`, the writer re-recovers), never a panic.
+    pub fn encode_record(epoch: u64, seq: u64, record: &LogRecord) -> Result<Bytes, LogError> {
         let payload = serde_json::to_vec(record).expect("log records always serialise");
-        // At most `max_entries_per_slot` entries of bounded size: far below the 4 GiB limit.
-        encode_envelope(EnvelopeKind::LogEntry, epoch, seq, &payload)
-            .expect("a log record fits an envelope")
+        encode_envelope(EnvelopeKind::LogEntry, epoch, seq, &payload).map_err(|source| {
+            LogError::Encode {
+                key: keys::meta_log(seq).to_string(),
+                source,
+            }
+        })
     }
 
     /// Writes slot `seq` create-only. An `AlreadyExists` holding our exact bytes (an earlier
@@ -258,23 +281,32 @@ impl LogStore {
         prefix: &Path,
         after: Option<&Path>,
     ) -> Result<Vec<u64>, LogError> {
-        let listing = match after {
-            Some(offset) => self.store.list_with_offset(Some(prefix), offset),
-            None => self.store.list(Some(prefix)),
-        };
-        let metas: Vec<_> = listing
-            .try_collect()
-            .await
-            .map_err(|source| LogError::Store {
-                key: prefix.to_string(),
-                source,
-            })?;
+        let metas = self.list_keys(prefix, after).await?;
         let mut seqs: Vec<u64> = metas
             .iter()
             .filter_map(|meta| keys::parse_seq_key(&meta.location))
             .collect();
         seqs.sort_unstable();
         Ok(seqs)
+    }
+
+    /// Every object under `prefix` (past `after`, if given).
+    async fn list_keys(
+        &self,
+        prefix: &Path,
+        after: Option<&Path>,
+    ) -> Result<Vec<object_store::ObjectMeta>, LogError> {
+        let listing = match after {
+            Some(offset) => self.store.list_with_offset(Some(prefix), offset),
+            None => self.store.list(Some(prefix)),
+        };
+        listing
+            .try_collect()
+            .await
+            .map_err(|source| LogError::Store {
+                key: prefix.to_string(),
+                source,
+            })
     }
 
     async fn read_record(&self, seq: u64) -> Result<Option<(u64, LogRecord)>, LogError> {
@@ -435,7 +467,7 @@ impl LogStore {
         };
         state.apply(&new_epoch);
         let record = LogRecord::new(vec![new_epoch]);
-        self.write_slot(gap, epoch, Self::encode_record(epoch, gap, &record))
+        self.write_slot(gap, epoch, Self::encode_record(epoch, gap, &record)?)
             .await?;
         self.check_not_collected(gap, epoch).await?;
         fence.record(gap);
@@ -484,7 +516,7 @@ impl LogStore {
             }
             let filler = LogRecord::new(vec![]);
             match self
-                .write_slot(seq, epoch, Self::encode_record(epoch, seq, &filler))
+                .write_slot(seq, epoch, Self::encode_record(epoch, seq, &filler)?)
                 .await
             {
                 // A deposed writer's late slot: dead to replay after our NewEpoch, as a filler.

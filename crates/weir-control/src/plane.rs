@@ -61,6 +61,9 @@ pub struct ControlPlaneSettings {
     pub encode_snapshots_inline: bool,
     /// Wall clock recorded in new epochs (expiry clocks start from it after an upgrade).
     pub clock: Arc<dyn Clock>,
+    /// Body bytes per snapshot chunk (at most 64 MiB, the default): tests and the simulator
+    /// use small chunks so that snapshots span many.
+    pub snapshot_chunk_bytes: usize,
 }
 
 impl Default for ControlPlaneSettings {
@@ -76,6 +79,7 @@ impl Default for ControlPlaneSettings {
             address: String::new(),
             encode_snapshots_inline: false,
             clock: Arc::new(SystemClock),
+            snapshot_chunk_bytes: crate::log::MAX_SNAPSHOT_CHUNK_BYTES,
         }
     }
 }
@@ -116,7 +120,9 @@ impl ControlPlane {
         settings: ControlPlaneSettings,
         seed: u64,
     ) -> Result<Self, LogError> {
-        let log = LogStore::new(store, settings.write_attempts).with_clock(settings.clock.clone());
+        let log = LogStore::new(store, settings.write_attempts)
+            .with_clock(settings.clock.clone())
+            .with_snapshot_chunk_bytes(settings.snapshot_chunk_bytes);
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
         let (recovered, open_claims) =
@@ -452,6 +458,16 @@ impl Writer {
                     }
                     if !batch.is_empty() {
                         let (slot, bytes) = self.seal(batch, position);
+                        let bytes = match bytes {
+                            Ok(bytes) => bytes,
+                            Err(err) => {
+                                // Applied to the working state but unwritable: as for a failed
+                                // write, recovery rebuilds the state from the log.
+                                self.available_tx.send_replace(false);
+                                fail_all(slot, &mut pending, &err);
+                                return Err(err);
+                            }
+                        };
                         pending.push_back(slot);
                         let log = self.log.clone();
                         let (seq, epoch) = (position.next_seq - 1, position.epoch);
@@ -471,12 +487,13 @@ impl Writer {
         }
     }
 
-    /// Applies a batch of entries to the working state as the next slot and encodes the slot.
+    /// Applies a batch of entries to the working state as the next slot and encodes the slot
+    /// (an error when it does not fit an envelope, see [`LogStore::encode_record`]).
     fn seal(
         &mut self,
         batch: Vec<(Entry, oneshot::Sender<Result<EntryResult, ControlError>>)>,
         position: &mut WriterPosition,
-    ) -> (PendingSlot, Bytes) {
+    ) -> (PendingSlot, Result<Bytes, LogError>) {
         let seq = position.next_seq;
         position.next_seq += 1;
         let mut waiters = Vec::with_capacity(batch.len());
@@ -490,7 +507,7 @@ impl Writer {
         let slot = PendingSlot {
             seq,
             entries: record.entries,
-            bytes: bytes.len() as u64,
+            bytes: bytes.as_ref().map_or(0, |bytes| bytes.len() as u64),
             waiters,
         };
         (slot, bytes)
@@ -535,19 +552,18 @@ impl Writer {
 
     async fn final_snapshot(&self, position: &WriterPosition) {
         let seq = position.next_seq - 1;
-        let encoded = {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            LogStore::encode_snapshot(position.epoch, seq, &state, &self.fence)
+        let state = Box::new(self.state.read().unwrap_or_else(|p| p.into_inner()).clone());
+        let written = if self.settings.encode_snapshots_inline {
+            self.log
+                .write_snapshot(position.epoch, seq, &state, &self.fence)
+                .await
+        } else {
+            self.log
+                .write_snapshot_in_background(position.epoch, seq, state, self.fence.clone())
+                .await
         };
-        let bytes = match encoded {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                error!(seq, error = %err, "shutdown snapshot skipped");
-                return;
-            }
-        };
-        match self.log.write_snapshot(seq, bytes).await {
-            Ok(()) => info!(seq, "wrote shutdown snapshot"),
+        match written {
+            Ok(written) => info!(seq, chunks = written.chunks, "wrote shutdown snapshot"),
             Err(err) => warn!(seq, error = %err, "shutdown snapshot failed"),
         }
     }

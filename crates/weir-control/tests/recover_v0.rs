@@ -150,7 +150,7 @@ async fn test_recovery_v0_then_gc_then_recover() {
     use weir_control::log::LogRecord;
     let store = fixture_in_memory().await;
     let objects_before = keys_under(&store, "meta").await.len();
-    let log = LogStore::new(store.clone(), 1);
+    let log = LogStore::new(store.clone(), 1).with_snapshot_chunk_bytes(512);
     let before = log.replay().await.unwrap().state;
     let recovered = log.recover("upgraded", "unused").await.unwrap();
     assert_eq!((recovered.epoch, recovered.next_seq), (3, 11));
@@ -163,19 +163,22 @@ async fn test_recovery_v0_then_gc_then_recover() {
 
     // Slots 11-14 (empty: the state stays as the fixture left it), snapshots at 12 and 14.
     for seq in 11..=14u64 {
-        let bytes = LogStore::encode_record(3, seq, &LogRecord::new(vec![]));
+        let bytes = LogStore::encode_record(3, seq, &LogRecord::new(vec![])).unwrap();
         log.write_slot(seq, 3, bytes).await.unwrap();
         if seq == 12 || seq == 14 {
             let replayed = log.replay().await.unwrap();
-            let snapshot =
-                LogStore::encode_snapshot(3, seq, &replayed.state, &replayed.fence).unwrap();
-            log.write_snapshot(seq, snapshot).await.unwrap();
+            let written = log
+                .write_snapshot(3, seq, &replayed.state, &replayed.fence)
+                .await
+                .unwrap();
+            assert!(written.chunks > 1, "binary, in several chunks");
         }
     }
     let fence = log.replay().await.unwrap().fence;
     let report = log.collect_garbage(14, &fence).await.unwrap();
     assert_eq!(report.kept_snapshot, Some(12));
     assert_eq!(keys_under(&store, "meta/snapshot").await, [12, 14]);
+    assert_eq!(report.snapshots, 1, "the fixture's JSON snapshot at 5");
     assert_eq!(
         keys_under(&store, "meta/log").await,
         [0, 6, 10, 13, 14],

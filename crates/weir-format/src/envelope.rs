@@ -1,4 +1,5 @@
-//! The envelope around every metadata-log object (`meta/log`, `meta/snapshot`, `meta/epoch`).
+//! The envelope around every metadata-log object (`meta/log`, `meta/snapshot`,
+//! `meta/snapshot-chunk`, `meta/epoch`).
 //!
 //! Layout, big-endian: magic `b"WMET"`, u16 version, u8 kind, u64 epoch, u64 seq, u32 payload
 //! length, payload, u32 CRC32C over everything before it. The payload is opaque here (the
@@ -25,8 +26,13 @@ const SECTION: &str = "envelope";
 #[repr(u8)]
 pub enum EnvelopeKind {
     LogEntry = 1,
+    /// A whole state as one JSON object: written before binary snapshots, read only now.
     Snapshot = 2,
     Epoch = 3,
+    /// A binary snapshot's manifest (JSON: chunks with lengths and CRCs, section table).
+    SnapshotManifest = 4,
+    /// One chunk of a binary snapshot's body.
+    SnapshotChunk = 5,
 }
 
 impl TryFrom<u8> for EnvelopeKind {
@@ -37,6 +43,8 @@ impl TryFrom<u8> for EnvelopeKind {
             1 => Ok(Self::LogEntry),
             2 => Ok(Self::Snapshot),
             3 => Ok(Self::Epoch),
+            4 => Ok(Self::SnapshotManifest),
+            5 => Ok(Self::SnapshotChunk),
             other => Err(FormatError::UnknownEnvelopeKind(other)),
         }
     }
@@ -237,6 +245,8 @@ mod tests {
             Just(EnvelopeKind::LogEntry),
             Just(EnvelopeKind::Snapshot),
             Just(EnvelopeKind::Epoch),
+            Just(EnvelopeKind::SnapshotManifest),
+            Just(EnvelopeKind::SnapshotChunk),
         ]
     }
 

@@ -59,6 +59,13 @@ pub enum FormatError {
     /// An envelope kind byte this build does not know.
     #[error("unknown envelope kind {0}")]
     UnknownEnvelopeKind(u8),
+    /// A snapshot index block that does not decode (or a block an encoder refuses to write).
+    #[error("malformed snapshot index: {0}")]
+    MalformedIndex(&'static str),
+    /// An index row that does not start where the previous one ended: snapshots imply base
+    /// offsets from density, so such an index cannot be encoded and is never decoded.
+    #[error("snapshot index is not dense: a row starts at {found}, expected {expected}")]
+    IndexNotDense { expected: i64, found: i64 },
     /// Encoding only: a metadata payload too long for the envelope's u32 length field.
     #[error("envelope payload of {len} bytes exceeds the 4 GiB limit")]
     EnvelopeTooLarge { len: u64 },

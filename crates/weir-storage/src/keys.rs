@@ -4,7 +4,8 @@
 //! ingest/{yyyy-mm-dd-hh}/{file_id}.weir     fresh ingest files (UTC hour of creation)
 //! compacted/{file_id}.weir                  compacted files
 //! meta/log/{seq:020}                        metadata log entries
-//! meta/snapshot/{seq:020}                   metadata snapshots
+//! meta/snapshot/{seq:020}                   metadata snapshots (a manifest, or legacy JSON)
+//! meta/snapshot-chunk/{seq:020}/{n:06}      chunk n of the binary snapshot at seq
 //! meta/epoch/{epoch:020}                    control-plane writer epochs
 //! queue/{name}                              object-storage job queues
 //! meta/buckets/{n:020}                      ingest bucket ids in holder order (version n)
@@ -72,6 +73,36 @@ pub fn meta_log(seq: u64) -> Path {
 /// Key of metadata snapshot taken at `seq`: `meta/snapshot/{seq:020}`.
 pub fn meta_snapshot(seq: u64) -> Path {
     meta_snapshot_prefix().join(format!("{seq:020}"))
+}
+
+/// Key of chunk `n` of the binary snapshot taken at `seq`:
+/// `meta/snapshot-chunk/{seq:020}/{n:06}`. Six digits cover a million 64 MiB chunks (64 TiB).
+pub fn meta_snapshot_chunk(seq: u64, n: u32) -> Path {
+    meta_snapshot_chunk_prefix()
+        .join(format!("{seq:020}"))
+        .join(format!("{n:06}"))
+}
+
+/// Prefix of every snapshot chunk: `meta/snapshot-chunk`. A sibling of `meta/snapshot`, not
+/// below it, so listing snapshots lists manifests only.
+pub fn meta_snapshot_chunk_prefix() -> Path {
+    Path::from_iter(["meta", "snapshot-chunk"])
+}
+
+/// The snapshot seq and chunk number of a [`meta_snapshot_chunk`] key.
+pub fn parse_snapshot_chunk(path: &Path) -> Option<(u64, u32)> {
+    let parts: Vec<_> = path.parts().collect();
+    let [meta, prefix, seq, n] = parts.as_slice() else {
+        return None;
+    };
+    if meta.as_ref() != "meta" || prefix.as_ref() != "snapshot-chunk" {
+        return None;
+    }
+    let digits = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(seq.as_ref(), 20) || !digits(n.as_ref(), 6) {
+        return None;
+    }
+    Some((seq.as_ref().parse().ok()?, n.as_ref().parse().ok()?))
 }
 
 /// Key of control-plane writer epoch `epoch`: `meta/epoch/{epoch:020}`.
@@ -243,6 +274,34 @@ mod tests {
         assert!(!meta_snapshot(1).prefix_matches(&meta_log_prefix()));
         // lexicographic order equals numeric order
         assert!(meta_log(9).as_ref() < meta_log(10).as_ref());
+    }
+
+    #[test]
+    fn test_keys_snapshot_chunks() {
+        let key = meta_snapshot_chunk(42, 7);
+        assert_eq!(
+            key.as_ref(),
+            "meta/snapshot-chunk/00000000000000000042/000007"
+        );
+        assert!(key.prefix_matches(&meta_snapshot_chunk_prefix()));
+        assert!(!key.prefix_matches(&meta_snapshot_prefix()));
+        assert_eq!(parse_seq_key(&key), None, "never taken for a snapshot");
+        for (seq, n) in [(0, 0), (42, 7), (u64::MAX, 999_999)] {
+            assert_eq!(
+                parse_snapshot_chunk(&meta_snapshot_chunk(seq, n)),
+                Some((seq, n))
+            );
+        }
+        assert!(meta_snapshot_chunk(1, 9).as_ref() < meta_snapshot_chunk(1, 10).as_ref());
+        for bad in [
+            "meta/snapshot-chunk/00000000000000000042",
+            "meta/snapshot-chunk/00000000000000000042/7",
+            "meta/snapshot-chunk/42/000007",
+            "meta/snapshot/00000000000000000042/000007",
+            "meta/snapshot-chunk/00000000000000000042/000007/x",
+        ] {
+            assert_eq!(parse_snapshot_chunk(&Path::from(bad)), None, "{bad}");
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Metadata-log GC and its fence (RFC 0003 §7).
 //!
 //! After a snapshot `S2` is written and reads back, with the previous readable snapshot `S1`,
-//! log GC deletes snapshots older than `S1`, every log slot `≤ S1` **except fence slots** (the
-//! slot of every live `NewEpoch` record), and epoch objects older than the newest
-//! [`KEPT_EPOCHS`]. Recovery can still fall back from a corrupt `S2` to `S1` and the slots after
+//! log GC deletes snapshots older than `S1` with their chunks, chunks between `S1` and `S2`
+//! that no manifest names (a snapshot that crashed or failed mid-write), every log slot `≤ S1`
+//! **except fence slots** (the slot of every live `NewEpoch` record), and epoch objects older
+//! than the newest [`KEPT_EPOCHS`]. Recovery can still fall back from a corrupt `S2` to `S1` and the slots after
 //! it. Deletions are not logged: replay starts at a snapshot and never reads below it.
 //!
 //! # Why a deposed writer cannot acknowledge a collected slot (the stalled writer)
@@ -118,6 +119,8 @@ pub struct GcReport {
     /// The snapshot kept as the fallback (`S1`); `None`: nothing to collect yet.
     pub kept_snapshot: Option<u64>,
     pub snapshots: usize,
+    /// Chunks of collected snapshots and chunks without a manifest.
+    pub chunks: usize,
     pub slots: usize,
     pub epochs: usize,
     /// Fence slots at or below `S1`, kept.
@@ -153,6 +156,9 @@ impl LogStore {
             .map(|seq| keys::meta_snapshot(*seq))
             .collect();
         report.snapshots = self.delete_all(old_snapshots).await?;
+        // After the manifests: a crash in between leaves chunks without one, collected next.
+        let chunks = self.collectable_chunks(s1, s2, &snapshots).await?;
+        report.chunks = self.delete_all(chunks).await?;
         let (slots, fences_kept) = self.collectable_slots(s1, fence).await?;
         report.fences_kept = fences_kept;
         report.slots = self.delete_all(slots).await?;
@@ -184,6 +190,30 @@ impl LogStore {
             }
         }
         Ok(None)
+    }
+
+    /// Snapshot chunks below `s1`, and those between `s1` and `s2` whose manifest is not in
+    /// `manifests` (listed before the chunks, so a manifest written after that listing names
+    /// chunks listed here only if its snapshot is below `s2`: it is then skipped as unreadable
+    /// and `s2` is read first anyway). Chunks above `s2` may be a snapshot in progress.
+    async fn collectable_chunks(
+        &self,
+        s1: u64,
+        s2: u64,
+        manifests: &[u64],
+    ) -> Result<Vec<Path>, LogError> {
+        let metas = self
+            .list_keys(&keys::meta_snapshot_chunk_prefix(), None)
+            .await?;
+        Ok(metas
+            .into_iter()
+            .filter(|meta| {
+                keys::parse_snapshot_chunk(&meta.location).is_some_and(|(seq, _)| {
+                    seq < s1 || (seq > s1 && seq < s2 && manifests.binary_search(&seq).is_err())
+                })
+            })
+            .map(|meta| meta.location)
+            .collect())
     }
 
     /// Log slots `≤ s1` that are not fence slots, and how many fence slots were kept. The

@@ -17,7 +17,7 @@ use crate::entry::Entry;
 
 /// Writes `entries` as slot `seq` of `epoch`.
 pub(crate) async fn write_entries(log: &LogStore, epoch: u64, seq: u64, entries: Vec<Entry>) {
-    let bytes = LogStore::encode_record(epoch, seq, &LogRecord::new(entries));
+    let bytes = LogStore::encode_record(epoch, seq, &LogRecord::new(entries)).unwrap();
     log.write_slot(seq, epoch, bytes).await.unwrap();
 }
 
@@ -25,11 +25,24 @@ pub(crate) async fn write_entries(log: &LogStore, epoch: u64, seq: u64, entries:
 pub(crate) async fn snapshot_at(log: &LogStore, seq: u64) -> FenceSlots {
     let replayed = log.replay().await.unwrap();
     assert_eq!(replayed.gap, seq + 1);
-    let bytes =
-        LogStore::encode_snapshot(replayed.log_epoch, seq, &replayed.state, &replayed.fence)
-            .unwrap();
-    log.write_snapshot(seq, bytes).await.unwrap();
+    log.write_snapshot(replayed.log_epoch, seq, &replayed.state, &replayed.fence)
+        .await
+        .unwrap();
     replayed.fence
+}
+
+/// The `(seq, n)` of every snapshot chunk in `store`.
+pub(crate) async fn chunk_keys(store: &InMemory) -> std::collections::BTreeSet<(u64, u32)> {
+    use futures::TryStreamExt;
+    let metas: Vec<_> = store
+        .list(Some(&weir_storage::keys::meta_snapshot_chunk_prefix()))
+        .try_collect()
+        .await
+        .unwrap();
+    metas
+        .iter()
+        .filter_map(|meta| weir_storage::keys::parse_snapshot_chunk(&meta.location))
+        .collect()
 }
 
 /// One held PUT: signals its arrival, waits for its release.
@@ -43,6 +56,8 @@ pub(crate) struct HoldStore {
     race: Mutex<Option<(Path, Bytes)>>,
     /// Create-only PUTs of a key answered `AlreadyExists` without writing, this many times.
     phantom: Mutex<BTreeMap<Path, u32>>,
+    /// PUTs under this prefix fail (a store that refuses snapshot chunks).
+    fail_puts: Mutex<Option<Path>>,
     gets: Mutex<Vec<Path>>,
     /// `(prefix, offset)` of every listing.
     lists: Mutex<Vec<(Option<Path>, Option<Path>)>>,
@@ -63,6 +78,7 @@ impl HoldStore {
             hold: Mutex::new(None),
             race: Mutex::new(race),
             phantom: Mutex::new(BTreeMap::new()),
+            fail_puts: Mutex::new(None),
             gets: Mutex::new(Vec::new()),
             lists: Mutex::new(Vec::new()),
         }
@@ -85,6 +101,11 @@ impl HoldStore {
         let (release, release_rx) = oneshot::channel();
         *self.hold.lock().unwrap() = Some((key, arrived_tx, release_rx));
         HeldPut { arrived, release }
+    }
+
+    /// Every later PUT of a key under `prefix` fails.
+    pub(crate) fn fail_puts_under(&self, prefix: Path) {
+        *self.fail_puts.lock().unwrap() = Some(prefix);
     }
 
     pub(crate) fn gets(&self) -> Vec<Path> {
@@ -110,6 +131,13 @@ impl ObjectStore for HoldStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
+        let refused = self.fail_puts.lock().unwrap().clone();
+        if refused.is_some_and(|prefix| location.prefix_matches(&prefix)) {
+            return Err(object_store::Error::Generic {
+                store: "HoldStore",
+                source: "PUT refused by the test".into(),
+            });
+        }
         let held = {
             let mut hold = self.hold.lock().unwrap();
             match hold.as_ref() {

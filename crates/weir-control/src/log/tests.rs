@@ -28,7 +28,11 @@ async fn test_log_deposed_writer_loses_its_next_slot() {
     assert_eq!((b.epoch, b.next_seq), (2, 2));
     let record = LogRecord::new(vec![create("late", 1)]);
     let err = first
-        .write_slot(1, a.epoch, LogStore::encode_record(a.epoch, 1, &record))
+        .write_slot(
+            1,
+            a.epoch,
+            LogStore::encode_record(a.epoch, 1, &record).unwrap(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(
@@ -45,7 +49,7 @@ async fn test_log_deposed_writer_loses_its_next_slot() {
 async fn test_log_write_is_idempotent_for_identical_bytes() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let log = LogStore::new(store, 1);
-    let bytes = LogStore::encode_record(1, 5, &LogRecord::new(vec![]));
+    let bytes = LogStore::encode_record(1, 5, &LogRecord::new(vec![])).unwrap();
     log.write_slot(5, 1, bytes.clone()).await.unwrap();
     log.write_slot(5, 1, bytes).await.unwrap();
 }
@@ -58,17 +62,25 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
     // Epoch 1 wrote slots 2 and 4, but slot 1 and 3 never landed: nothing past slot 0 was acked.
     for (seq, name) in [(2u64, "dead2"), (4, "dead4")] {
         let record = LogRecord::new(vec![create(name, seq as u8)]);
-        old.write_slot(seq, a.epoch, LogStore::encode_record(a.epoch, seq, &record))
-            .await
-            .unwrap();
+        old.write_slot(
+            seq,
+            a.epoch,
+            LogStore::encode_record(a.epoch, seq, &record).unwrap(),
+        )
+        .await
+        .unwrap();
     }
     let new = LogStore::new(store.clone(), 1);
     let b = new.recover("b", "cluster").await.unwrap();
     assert_eq!(b.next_seq, 5, "continues after the last dead slot");
     let record = LogRecord::new(vec![create("live", 9)]);
-    new.write_slot(5, b.epoch, LogStore::encode_record(b.epoch, 5, &record))
-        .await
-        .unwrap();
+    new.write_slot(
+        5,
+        b.epoch,
+        LogStore::encode_record(b.epoch, 5, &record).unwrap(),
+    )
+    .await
+    .unwrap();
     let third = LogStore::new(store, 1)
         .recover("c", "cluster")
         .await
@@ -80,7 +92,7 @@ async fn test_log_replay_skips_dead_slots_of_a_deposed_writer() {
 }
 
 fn record_bytes(epoch: u64, seq: u64, entries: Vec<Entry>) -> Bytes {
-    LogStore::encode_record(epoch, seq, &LogRecord::new(entries))
+    LogStore::encode_record(epoch, seq, &LogRecord::new(entries)).unwrap()
 }
 
 fn new_epoch(epoch: u64) -> Entry {
@@ -196,12 +208,9 @@ async fn test_log_replay_starts_from_the_newest_snapshot() {
             .await
             .unwrap();
         if seq == 3 {
-            log.write_snapshot(
-                3,
-                LogStore::encode_snapshot(1, 3, &state, &FenceSlots::default()).unwrap(),
-            )
-            .await
-            .unwrap();
+            log.write_snapshot(1, 3, &state, &FenceSlots::default())
+                .await
+                .unwrap();
         }
     }
     for seq in 0..=3u64 {
@@ -243,23 +252,30 @@ async fn test_log_replay_falls_back_past_an_unusable_newest_snapshot() {
             .await
             .unwrap();
         if seq == 1 {
-            log.write_snapshot(
-                1,
-                LogStore::encode_snapshot(1, 1, &state, &FenceSlots::default()).unwrap(),
-            )
-            .await
-            .unwrap();
+            log.write_snapshot(1, 1, &state, &FenceSlots::default())
+                .await
+                .unwrap();
         }
     }
+    // A valid binary snapshot of slot 2, whose manifest is then copied under key 3.
+    log.write_snapshot(1, 2, &state, &FenceSlots::default())
+        .await
+        .unwrap();
+    let manifest_of_2 = log.get(&keys::meta_snapshot(2)).await.unwrap().unwrap();
+    store.delete(&keys::meta_snapshot(2)).await.unwrap();
     let newest_versions = [
         Bytes::from_static(b"not a snapshot"),
-        // A valid snapshot envelope of another slot stored under key 3.
-        LogStore::encode_snapshot(1, 2, &state, &FenceSlots::default()).unwrap(),
+        // Valid snapshot envelopes of another slot stored under key 3.
+        snapshot::encode_json_snapshot(1, 2, &state, &FenceSlots::default()),
+        manifest_of_2,
         // A log record stored under a snapshot key.
         record_bytes(1, 3, vec![]),
     ];
     for bytes in newest_versions {
-        log.write_snapshot(3, bytes).await.unwrap();
+        store
+            .put(&keys::meta_snapshot(3), bytes.into())
+            .await
+            .unwrap();
         let replayed = log.replay().await.unwrap();
         assert_eq!(replayed.snapshot_seq, Some(1), "fell back to snapshot 1");
         assert_eq!(replayed.replayed, 2);

@@ -1,12 +1,12 @@
 //! The writer's snapshot triggers and log GC, and the stalled-writer fence (RFC 0003 §7, §8).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use object_store::memory::InMemory;
 use weir_storage::keys;
 
 use super::*;
-use crate::log::test_store::{snapshot_at, write_entries, HoldStore};
+use crate::log::test_store::{chunk_keys, snapshot_at, write_entries, HoldStore};
 
 async fn seqs(store: &Arc<InMemory>, prefix: object_store::path::Path) -> Vec<u64> {
     use futures::TryStreamExt;
@@ -72,7 +72,9 @@ async fn test_plane_snapshots_after_max_log_bytes() {
         partitions: 1,
         configs: BTreeMap::new(),
     };
-    let slot_bytes = LogStore::encode_record(1, 1, &LogRecord::new(vec![slot])).len() as u64;
+    let slot_bytes = LogStore::encode_record(1, 1, &LogRecord::new(vec![slot]))
+        .unwrap()
+        .len() as u64;
     // Two one-topic slots stay below the limit; the third reaches it.
     let plane = ControlPlane::open(memory.clone(), quiet_settings(3 * slot_bytes), 1)
         .await
@@ -95,6 +97,7 @@ async fn test_plane_collects_the_log_behind_its_snapshots_and_recovers_the_same_
         snapshot_every_slots: 2,
         log_gc: true,
         encode_snapshots_inline: true,
+        snapshot_chunk_bytes: 64,
         ..ControlPlaneSettings::default()
     };
     let plane = ControlPlane::open(memory.clone(), settings.clone(), 1)
@@ -112,9 +115,11 @@ async fn test_plane_collects_the_log_behind_its_snapshots_and_recovers_the_same_
     until(|| async {
         let snapshots = seqs(&memory, keys::meta_snapshot_prefix()).await;
         let slots = seqs(&memory, keys::meta_log_prefix()).await;
+        let chunks: BTreeSet<u64> = chunk_keys(&memory).await.iter().map(|k| k.0).collect();
         snapshots.len() == 2
             && slots.first() == Some(&0)
             && slots.get(1) == Some(&(snapshots[0] + 1))
+            && chunks.into_iter().collect::<Vec<_>>() == snapshots
     })
     .await;
     let before = plane.read(|state| state.topics.keys().cloned().collect::<Vec<_>>());

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use super::ControlPlaneSettings;
-use crate::log::{FenceSlots, LogStore};
+use crate::log::{FenceSlots, LogError, LogStore};
 use crate::state::State;
 
 /// Slots and slot payload bytes since the last snapshot, and when it was taken.
@@ -86,8 +86,9 @@ pub(super) struct SnapshotJob {
 }
 
 impl SnapshotJob {
-    /// Encodes (on a blocking thread unless `inline`), writes, then runs log GC. Failures are
-    /// logged and the writer keeps serving: the log stays complete, only replay gets longer.
+    /// Encodes (on a blocking thread unless `inline`) and writes, then runs log GC. Failures
+    /// are logged and the writer keeps serving: the log stays complete, only replay gets
+    /// longer, and chunks a failed snapshot left are deleted by a later log GC.
     pub(super) async fn run(self) {
         let SnapshotJob {
             log,
@@ -99,32 +100,22 @@ impl SnapshotJob {
             log_gc,
             claim,
         } = self;
-        let encoded = if inline {
-            LogStore::encode_snapshot(epoch, seq, &state, &fence)
+        let written = if inline {
+            log.write_snapshot(epoch, seq, &state, &fence).await
         } else {
-            let fence = fence.clone();
-            match tokio::task::spawn_blocking(move || {
-                LogStore::encode_snapshot(epoch, seq, &state, &fence)
-            })
-            .await
-            {
-                Ok(encoded) => encoded,
-                Err(err) => {
-                    warn!(seq, error = %err, "snapshot encoding failed");
-                    return;
-                }
-            }
+            log.write_snapshot_in_background(epoch, seq, state, fence.clone())
+                .await
         };
-        let bytes = match encoded {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                error!(seq, error = %err, "snapshot skipped: the state does not fit one object");
+        match written {
+            Ok(written) => debug!(seq, epoch, ?written, "snapshot written"),
+            Err(err @ (LogError::Encode { .. } | LogError::SnapshotEncoder(_))) => {
+                error!(seq, error = %err, "snapshot skipped: the state cannot be encoded");
                 return;
             }
-        };
-        if let Err(err) = log.write_snapshot(seq, bytes).await {
-            warn!(seq, epoch, error = %err, "snapshot write failed");
-            return;
+            Err(err) => {
+                warn!(seq, epoch, error = %err, "snapshot write failed");
+                return;
+            }
         }
         if log_gc {
             // A failure leaves garbage for the next snapshot's GC to delete.

@@ -9,6 +9,8 @@ use crate::entry::{BatchCommit, BatchOutcome, FileCommit};
 fn settings(snapshot_every_slots: u64) -> ControlPlaneSettings {
     ControlPlaneSettings {
         snapshot_every_slots,
+        // Snapshots of several chunks, encoded on a blocking thread.
+        snapshot_chunk_bytes: 64,
         ..ControlPlaneSettings::default()
     }
 }

@@ -213,7 +213,10 @@ impl World {
             partitions: 1,
             configs: BTreeMap::new(),
         });
-        let forged = weir_control::log::LogStore::encode_record(envelope.epoch, seq, &record);
+        let Ok(forged) = weir_control::log::LogStore::encode_record(envelope.epoch, seq, &record)
+        else {
+            return;
+        };
         let _ = self.log_bucket.raw.put(&key, forged.into()).await;
         self.event(&format!("sabotage: forged {key}"));
     }

@@ -73,6 +73,7 @@ async fn test_gc_keeps_fence_slots_the_two_newest_snapshots_and_sixteen_epochs()
             GcReport {
                 kept_snapshot: Some(39),
                 snapshots: 1,
+                chunks: 1,
                 slots: 40 - 18,
                 epochs: 2,
                 fences_kept: 18,
@@ -94,7 +95,7 @@ async fn test_gc_keeps_fence_slots_the_two_newest_snapshots_and_sixteen_epochs()
         assert_eq!(topics(&after.state), topics(&before));
         assert_eq!(after.state.topics.len(), 18 + 10);
         let again = log.collect_garbage(41, &after.fence).await.unwrap();
-        assert_eq!((again.snapshots, again.slots), (0, 0));
+        assert_eq!((again.snapshots, again.chunks, again.slots), (0, 0, 0));
     }
 }
 
