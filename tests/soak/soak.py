@@ -49,24 +49,46 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+ENVELOPE_HEADER = 27  # magic, version, kind, epoch, seq, payload length
+ENVELOPE_TRAILER = 4  # CRC32C
+
+
+def envelope_payload(raw: bytes) -> bytes:
+    return raw[ENVELOPE_HEADER:-ENVELOPE_TRAILER]
+
+
 def newest_snapshot(meta: Path):
+    """The newest readable snapshot: (path, bytes on disk, state JSON, index entries or None).
+
+    A binary snapshot (RFC 0003 §8) is a manifest naming chunks; its `small` section is the state
+    JSON without indexes, and the index sections say how many batches they hold. A legacy
+    snapshot is one envelope of `{state, fence}` JSON.
+    """
     snaps = sorted((meta / "snapshot").glob("*")) if (meta / "snapshot").exists() else []
     for path in reversed(snaps):
         raw = path.read_bytes()
-        start = raw.find(b"{")
         try:
-            body = json.loads(raw[start:-4])
-            return path, len(raw), body.get("state", {})
-        except (ValueError, IndexError):
+            doc = json.loads(envelope_payload(raw))
+            if "sections" not in doc:
+                return path, len(raw), doc.get("state", {}), None
+            chunk_dir = meta / "snapshot-chunk" / path.name
+            chunks = [(chunk_dir / f"{n:06}").read_bytes() for n in range(len(doc["chunks"]))]
+            body = b"".join(envelope_payload(c) for c in chunks)
+            small = next(s for s in doc["sections"] if s["kind"] == "small")
+            state = json.loads(body[small["offset"]:small["offset"] + small["len"]])["state"]
+            entries = sum(s["entries"] for s in doc["sections"] if s["kind"] == "index")
+            return path, len(raw) + sum(len(c) for c in chunks), state, entries
+        except (ValueError, IndexError, KeyError, OSError, StopIteration):
             continue
-    return None, 0, {}
+    return None, 0, {}, None
 
 
-def state_counts(state: dict) -> dict:
-    entries = sum(len(p.get("index", [])) for t in state.get("topics", {}).values()
-                  for p in t.get("partitions", []))
+def state_counts(state: dict, index_entries) -> dict:
+    if index_entries is None:
+        index_entries = sum(len(p.get("index", [])) for t in state.get("topics", {}).values()
+                            for p in t.get("partitions", []))
     return {
-        "index": entries,
+        "index": index_entries,
         "files": len(state.get("files", {})),
         "released": len(state.get("released", {})),
         "producers": len(state.get("producer_epochs", {})),
@@ -195,8 +217,8 @@ def main() -> int:
             if agent.poll() is not None:
                 print("agent exited", file=sys.stderr)
                 return 1
-            _, snap_bytes, state = newest_snapshot(bucket / "meta")
-            c = state_counts(state)
+            _, snap_bytes, state, index_entries = newest_snapshot(bucket / "meta")
+            c = state_counts(state, index_entries)
             objects = sum(1 for _ in (bucket / "ingest").rglob("*.weir"))
             slots = sum(1 for _ in (bucket / "meta" / "log").glob("*"))
             minutes = (time.monotonic() - start) / 60
