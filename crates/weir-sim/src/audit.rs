@@ -21,6 +21,7 @@ use weir_control::{IndexEntry, State};
 use weir_protocol::batch::BatchHeader;
 use weir_storage::keys;
 
+use crate::archive::LogArchive;
 use crate::client::{BatchId, Stamps};
 use crate::ledger::DeleteLedger;
 use crate::replay::Incremental;
@@ -86,6 +87,8 @@ impl Breaches {
 
 pub(crate) struct Auditor {
     raw_control: Arc<InMemory>,
+    /// Every log slot written, for the independent replay (GC deletes from `raw_control`).
+    archive: Arc<LogArchive>,
     raw_buckets: Vec<Arc<InMemory>>,
     quorum: usize,
     /// Batch identity by (file, byte offset): files never change once written.
@@ -111,12 +114,14 @@ pub(crate) struct Auditor {
 impl Auditor {
     pub(crate) fn new(
         raw_control: Arc<InMemory>,
+        archive: Arc<LogArchive>,
         raw_buckets: Vec<Arc<InMemory>>,
         quorum: usize,
         ledger: Arc<DeleteLedger>,
     ) -> Auditor {
         Auditor {
             raw_control,
+            archive,
             raw_buckets,
             quorum,
             identities: BTreeMap::new(),
@@ -140,11 +145,7 @@ impl Auditor {
             self.files_checked.clear();
         }
         for delete in deletes {
-            if let Err(err) = self
-                .durable
-                .advance(&self.raw_control, delete.durable_slots)
-                .await
-            {
+            if let Err(err) = self.durable.advance(&self.archive, delete.durable_slots) {
                 violations.push(format!("the durable metadata log does not replay: {err}"));
                 return;
             }
@@ -173,7 +174,7 @@ impl Auditor {
                 ));
             }
         }
-        if let Err(err) = self.durable.advance(&self.raw_control, u64::MAX).await {
+        if let Err(err) = self.durable.advance(&self.archive, u64::MAX) {
             violations.push(format!("the durable metadata log does not replay: {err}"));
         }
     }
@@ -220,11 +221,12 @@ impl Auditor {
         self.files_checked.clear();
     }
 
-    /// Replays the raw metadata log twice, through production `LogStore::replay` and through
-    /// the auditor's own [`crate::replay`], and reports any difference.
+    /// Replays the metadata log twice, through production `LogStore::replay` (snapshot and the
+    /// bucket's slots after it) and through the auditor's own [`crate::replay`] (every slot
+    /// from 0, from the archive), and reports any difference.
     pub(crate) async fn cross_check_replay(&self, violations: &mut Vec<String>) {
         let production = LogStore::new(self.raw_control.clone(), 1).replay().await;
-        let independent = crate::replay::replay_from_zero(&self.raw_control).await;
+        let independent = crate::replay::replay_from_zero(&self.archive);
         match (production, independent) {
             (Ok(production), Ok(independent)) => {
                 violations.extend(crate::replay::compare(&production.state, &independent));

@@ -5,6 +5,7 @@
 mod agents;
 mod checks;
 mod faults;
+mod loggc;
 mod report;
 mod retention;
 mod scenario;
@@ -34,6 +35,7 @@ use weir_storage::{
     ReadCache,
 };
 
+use crate::archive::LogArchive;
 use crate::audit::{check_log, Auditor, Shadow};
 use crate::client::{Batch, BatchId, Client, Kind, Stamps};
 use crate::gate::{BucketFaults, Gate};
@@ -236,6 +238,8 @@ struct World {
     clock: Arc<dyn Clock>,
     buckets: Vec<Bucket>,
     log_bucket: Bucket,
+    /// Every log slot the metadata bucket's gates saw land (log GC deletes from the bucket).
+    archive: Arc<LogArchive>,
     auditor: Auditor,
     topic: Option<TopicId>,
     incarnations: Vec<Incarnation>,
@@ -325,9 +329,11 @@ impl World {
             .collect();
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(&mut rng, &scenario, "sim-log", Some(&create_conflicts));
-        let ledger = Arc::new(DeleteLedger::new(log_bucket.raw.clone()));
+        let archive = Arc::new(LogArchive::default());
+        let ledger = Arc::new(DeleteLedger::new(archive.clone()));
         let auditor = Auditor::new(
             log_bucket.raw.clone(),
+            archive.clone(),
             buckets.iter().map(|b| b.raw.clone()).collect(),
             scenario.quorum,
             ledger.clone(),
@@ -356,6 +362,7 @@ impl World {
             }),
             buckets,
             log_bucket,
+            archive,
             auditor,
             topic: None,
             incarnations: Vec::new(),
@@ -456,6 +463,7 @@ impl World {
         }
         self.report.steps = self.step + 1;
         self.final_audit().await;
+        self.check_log_bound().await;
         self.report.sim_millis = start.elapsed().as_millis() as u64;
         self.report.dead_slots = self.auditor.max_dead_slots;
         self.report.create_conflicts = self.create_conflicts.load(Ordering::SeqCst);

@@ -1,21 +1,22 @@
-//! An independent, minimal replay of the raw metadata log, so a bug in the production replay
-//! (`LogStore::replay`: snapshot choice, where replay starts and stops, the dead-slot rule)
-//! cannot fool both the system and its auditor. It ignores snapshots, reads every slot from 0
-//! until the first missing one, and restates the dead-slot rule: a record whose epoch is below
+//! An independent, minimal replay of the metadata log, so a bug in the production replay
+//! (`LogStore::replay`: snapshot choice, where replay starts and stops, the dead-slot rule) or
+//! in log GC (a slot deleted that replay still needed) cannot fool both the system and its
+//! auditor. It ignores snapshots, reads every slot from 0 until the first missing one from the
+//! [`LogArchive`] of every slot written (log GC deletes covered slots from the bucket), and restates the dead-slot rule: a record whose epoch is below
 //! the highest epoch seen so far was written by a deposed writer and is skipped. Only the
 //! state machine (`State::apply`) and the envelope decoder are shared with production.
 
-use object_store::memory::InMemory;
-use object_store::ObjectStoreExt;
 use weir_control::log::LogRecord;
 use weir_control::State;
 use weir_format::{decode_envelope, EnvelopeKind};
 use weir_storage::keys;
 
+use crate::archive::LogArchive;
+
 /// The durable state after every live slot, replayed from slot 0.
-pub(crate) async fn replay_from_zero(raw: &InMemory) -> Result<State, String> {
+pub(crate) fn replay_from_zero(archive: &LogArchive) -> Result<State, String> {
     let mut replay = Incremental::default();
-    replay.advance(raw, u64::MAX).await?;
+    replay.advance(archive, u64::MAX)?;
     let mut state = replay.state;
     state.mark_all_stable();
     Ok(state)
@@ -41,17 +42,12 @@ impl Incremental {
     }
 
     /// Applies the slots from `next_seq` up to `limit` (exclusive) or the first missing one.
-    pub(crate) async fn advance(&mut self, raw: &InMemory, limit: u64) -> Result<(), String> {
+    pub(crate) fn advance(&mut self, archive: &LogArchive, limit: u64) -> Result<(), String> {
         while self.next_seq < limit {
             let seq = self.next_seq;
             let key = keys::meta_log(seq);
-            let bytes = match raw.get(&key).await {
-                Ok(result) => result
-                    .bytes()
-                    .await
-                    .map_err(|err| format!("{key}: {err}"))?,
-                Err(object_store::Error::NotFound { .. }) => break,
-                Err(err) => return Err(format!("{key}: {err}")),
+            let Some(bytes) = archive.slot(seq) else {
+                break;
             };
             let envelope = decode_envelope(&bytes).map_err(|err| format!("{key}: {err}"))?;
             if envelope.kind != EnvelopeKind::LogEntry || envelope.seq != seq {

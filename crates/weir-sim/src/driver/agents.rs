@@ -25,15 +25,17 @@ impl World {
         self.opened_count += 1;
         let number = self.opened_count - 1;
         let halted = Arc::new(AtomicBool::new(false));
-        let gate = Arc::new(Gate::new(
-            self.log_bucket.model.clone(),
-            halted.clone(),
-            log_faults,
-        ));
+        let gate = Arc::new(
+            Gate::new(self.log_bucket.model.clone(), halted.clone(), log_faults)
+                .with_archive(self.archive.clone()),
+        );
         let store = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
             snapshot_every_slots: self.scenario.snapshot_every,
+            // Snapshots every 3–40 slots, each followed by log GC: the auditor's replay reads
+            // the archive of written slots, not the bucket GC deletes from.
+            log_gc: true,
             write_attempts: 2,
             address: format!("sim-agent-{number}"),
             encode_snapshots_inline: true,

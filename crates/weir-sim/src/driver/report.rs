@@ -46,6 +46,10 @@ pub struct SimReport {
     pub delete_records: u32,
     /// Offsets the durable log starts moved forward by, over all partitions.
     pub log_start_advance: u64,
+    /// Metadata-log slots log GC deleted (written, no longer in the bucket at the end).
+    pub log_slots_collected: u64,
+    /// Live metadata-log slots at the end, fence slots not counted.
+    pub live_log_slots: u64,
     /// Data files a gate saw deleted (distinct keys).
     pub files_deleted: u64,
     /// Times a consumer stopped reading for a while.
@@ -89,7 +93,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -119,6 +123,8 @@ impl fmt::Display for SimReport {
             self.delete_records,
             self.log_start_advance,
             self.files_deleted,
+            self.log_slots_collected,
+            self.live_log_slots,
             self.slow_logs,
             self.put_lags,
             self.overtaken_reads,
