@@ -39,6 +39,7 @@ use crate::archive::LogArchive;
 use crate::audit::{check_log, Auditor, Shadow};
 use crate::client::{Batch, BatchId, Client, Kind, Stamps};
 use crate::gate::{BucketFaults, Gate};
+use crate::hold::{HoldSwitch, SlotHold};
 use crate::ledger::DeleteLedger;
 use retention::GcScenario;
 use scenario::Scenario;
@@ -251,6 +252,11 @@ struct World {
     gc_rng: fastrand::Rng,
     /// Draws of the orphan sweep and agents' clock skews (their own generator).
     sweep_rng: fastrand::Rng,
+    /// Draws of paused log writes (their own generator).
+    loggc_rng: fastrand::Rng,
+    /// Per incarnation number, the switch that pauses one of its log writes.
+    log_holds: Vec<Arc<HoldSwitch>>,
+    slot_hold: Option<loggc::SlotHoldFault>,
     /// Every batch's first timestamp, for the auditor to tell batches apart.
     stamps: Stamps,
     /// DELETEs of data files the gates saw.
@@ -370,6 +376,9 @@ impl World {
             fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
             gc_rng,
             sweep_rng,
+            loggc_rng: fastrand::Rng::with_seed(seed ^ 0x6c6f_6767_6321),
+            log_holds: Vec::new(),
+            slot_hold: None,
             stamps: Stamps::default(),
             ledger,
             overlap: None,
@@ -431,6 +440,7 @@ impl World {
             self.step = step;
             self.inject_faults();
             self.inject_gc();
+            self.inject_slot_holds();
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;
@@ -461,9 +471,9 @@ impl World {
             step += 1;
             self.tick(false).await;
         }
+        self.check_log_bound().await;
         self.report.steps = self.step + 1;
         self.final_audit().await;
-        self.check_log_bound().await;
         self.report.sim_millis = start.elapsed().as_millis() as u64;
         self.report.dead_slots = self.auditor.max_dead_slots;
         self.report.create_conflicts = self.create_conflicts.load(Ordering::SeqCst);
@@ -476,6 +486,7 @@ impl World {
     /// One step: keep an agent running, let clients send, let time pass, take in what came
     /// back, consume, audit.
     async fn tick(&mut self, load: bool) {
+        self.progress_slot_hold().await;
         self.overlap_second();
         self.ensure_incarnation();
         self.send(load).await;

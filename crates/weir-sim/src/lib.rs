@@ -31,6 +31,7 @@ mod audit;
 mod client;
 mod driver;
 mod gate;
+mod hold;
 mod ledger;
 mod replay;
 

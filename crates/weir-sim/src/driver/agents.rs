@@ -29,7 +29,10 @@ impl World {
             Gate::new(self.log_bucket.model.clone(), halted.clone(), log_faults)
                 .with_archive(self.archive.clone()),
         );
-        let store = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
+        let switch = Arc::new(HoldSwitch::default());
+        self.log_holds.push(switch.clone());
+        let layer = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
+        let store: Arc<dyn ObjectStore> = Arc::new(SlotHold::new(layer, switch));
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
             snapshot_every_slots: self.scenario.snapshot_every,
@@ -307,6 +310,7 @@ impl World {
                 } => {
                     self.opening -= 1;
                     self.overlap_opened(number, result.is_ok());
+                    self.slot_hold_opened(number, result.is_ok());
                     match result {
                         Ok(control) => {
                             self.report.overtaken_claims += control.open_claims() - 1;

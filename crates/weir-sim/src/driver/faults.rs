@@ -7,7 +7,12 @@ impl World {
     pub(super) fn inject_faults(&mut self) {
         let s = self.scenario.clone();
         if self.rng.f64() < s.p_crash {
-            let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+            // Writers a held log write needs are spared (see `World::spared`).
+            let live: Vec<usize> = self
+                .live()
+                .filter(|(_, inc)| !self.spared(inc.number))
+                .map(|(i, _)| i)
+                .collect();
             if !live.is_empty() {
                 let victim = live[self.rng.usize(..live.len())];
                 self.report.crashes += 1;
@@ -215,6 +220,7 @@ impl World {
     /// no lease yet — so a survivor of a takeover may be stale; a restart is what an operator
     /// does, and what the convergence check then measures.)
     pub(super) fn heal(&mut self) {
+        self.release_slot_hold();
         for bucket in self.buckets.iter().chain(std::iter::once(&self.log_bucket)) {
             bucket.model.set_outage(false);
             bucket.faults.slow_ms.store(0, Ordering::SeqCst);

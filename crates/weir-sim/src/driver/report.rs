@@ -50,6 +50,13 @@ pub struct SimReport {
     pub log_slots_collected: u64,
     /// Live metadata-log slots at the end, fence slots not counted.
     pub live_log_slots: u64,
+    /// Slot PUTs of a serving writer held while a second one took over; of those, released
+    /// only once two snapshots covered the held slot (GC collected up to it).
+    pub held_slot_puts: u32,
+    pub held_puts_collected: u32,
+    /// Recoveries whose `NewEpoch` PUT was held; of those, released once collected past.
+    pub stalled_recoveries: u32,
+    pub stalled_recoveries_collected: u32,
     /// Data files a gate saw deleted (distinct keys).
     pub files_deleted: u64,
     /// Times a consumer stopped reading for a while.
@@ -93,7 +100,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} log slots collected ({} live besides fences), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -125,6 +132,10 @@ impl fmt::Display for SimReport {
             self.files_deleted,
             self.log_slots_collected,
             self.live_log_slots,
+            self.held_slot_puts,
+            self.held_puts_collected,
+            self.stalled_recoveries,
+            self.stalled_recoveries_collected,
             self.slow_logs,
             self.put_lags,
             self.overtaken_reads,

@@ -37,6 +37,9 @@ pub(super) struct Scenario {
     /// Per-step probability of two overlapping recoveries (drawn from its own generator, so
     /// the other faults of a seed stay where they were before this fault existed).
     pub(super) p_overlap: f64,
+    /// Per-step probabilities of a held slot PUT and of a stalled recovery (see `loggc`).
+    pub(super) p_held_put: f64,
+    pub(super) p_stalled_recovery: f64,
     pub(super) p_send: f64,
     /// Retention, DeleteRecords, the deleter and the fetch plan TTL (drawn from their own
     /// generator).
@@ -86,6 +89,8 @@ impl Scenario {
             p_slow: 0.006 * scale,
             p_log_outage: 0.003 * scale,
             p_overlap: 0.002 * scale,
+            p_held_put: 0.008 * scale,
+            p_stalled_recovery: 0.006 * scale,
             p_send: 0.3 + rng.f64() * 0.6,
             gc: GcScenario::default(),
             sweep: sweep::SweepScenario::default(),
