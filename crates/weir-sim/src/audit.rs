@@ -31,6 +31,7 @@ use crate::replay::Incremental;
 pub(crate) struct Seen {
     pub(crate) id: BatchId,
     pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
     pub(crate) base_sequence: i32,
     pub(crate) count: i32,
 }
@@ -177,6 +178,7 @@ impl Auditor {
         if let Err(err) = self.durable.advance(&self.archive, u64::MAX) {
             violations.push(format!("the durable metadata log does not replay: {err}"));
         }
+        violations.extend(self.durable.take_breaches());
     }
 
     /// A data file the durable state lets go: released (the deleter's), or never named and
@@ -420,6 +422,7 @@ impl Auditor {
         let seen = Seen {
             id,
             producer_id: header.producer_id,
+            producer_epoch: header.producer_epoch,
             base_sequence: header.base_sequence,
             count: header.last_offset_delta + 1,
         };
@@ -455,7 +458,8 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
             ));
         }
         let mut seen_ids: BTreeMap<BatchId, i64> = BTreeMap::new();
-        let mut next_sequence: BTreeMap<i64, i32> = BTreeMap::new();
+        // Per producer: its epoch and next sequence (a new epoch restarts at 0).
+        let mut next_sequence: BTreeMap<i64, (i16, i32)> = BTreeMap::new();
         let mut last_plain: BTreeMap<u32, u32> = BTreeMap::new();
         for placed in batches {
             let entry = placed.entry;
@@ -476,10 +480,12 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
                 ));
             }
             if seen.producer_id >= 0 {
-                // Simulated producers start every partition at sequence 0 and never skip; a
-                // producer's first batch above a moved log start may continue anywhere.
+                // Simulated producers start every partition at sequence 0 and never skip, and
+                // restart at 0 under a new epoch; a producer's first batch above a moved log
+                // start may continue anywhere.
                 let expected = match next_sequence.get(&seen.producer_id) {
-                    Some(next) => *next,
+                    Some((epoch, _)) if *epoch < seen.producer_epoch => 0,
+                    Some((_, next)) => *next,
                     None if start > 0 => seen.base_sequence,
                     None => 0,
                 };
@@ -490,7 +496,10 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
                         seen.producer_id, seen.base_sequence, entry.base_offset
                     ));
                 }
-                next_sequence.insert(seen.producer_id, seen.base_sequence + seen.count);
+                next_sequence.insert(
+                    seen.producer_id,
+                    (seen.producer_epoch, seen.base_sequence + seen.count),
+                );
             } else {
                 if let Some(previous) = last_plain.get(&seen.id.client) {
                     if seen.id.number <= *previous {

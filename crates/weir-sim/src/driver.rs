@@ -4,6 +4,7 @@
 
 mod agents;
 mod checks;
+mod expiry;
 mod faults;
 mod loggc;
 mod report;
@@ -252,6 +253,8 @@ struct World {
     gc_rng: fastrand::Rng,
     /// Draws of the orphan sweep and agents' clock skews (their own generator).
     sweep_rng: fastrand::Rng,
+    /// Draws of producer expiry and quiet producers (their own generator).
+    expiry_rng: fastrand::Rng,
     /// Draws of paused log writes (their own generator).
     loggc_rng: fastrand::Rng,
     /// Per incarnation number, the switch that pauses one of its log writes.
@@ -330,6 +333,8 @@ impl World {
         scenario.gc = GcScenario::pick(&mut gc_rng);
         let mut sweep_rng = fastrand::Rng::with_seed(seed ^ 0x7377_6565_7021);
         scenario.sweep = sweep::SweepScenario::pick(&mut sweep_rng);
+        let mut expiry_rng = fastrand::Rng::with_seed(seed ^ 0x6578_7069_7279);
+        scenario.expiry = expiry::ExpiryScenario::pick(&mut expiry_rng, scenario.p_crash == 0.0);
         let buckets: Vec<Bucket> = (0..scenario.buckets)
             .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None))
             .collect();
@@ -377,6 +382,7 @@ impl World {
             gc_rng,
             sweep_rng,
             loggc_rng: fastrand::Rng::with_seed(seed ^ 0x6c6f_6767_6321),
+            expiry_rng,
             log_holds: Vec::new(),
             slot_hold: None,
             stamps: Stamps::default(),
@@ -441,6 +447,7 @@ impl World {
             self.inject_faults();
             self.inject_gc();
             self.inject_slot_holds();
+            self.inject_expiry();
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;

@@ -30,6 +30,7 @@ mod archive;
 mod audit;
 mod client;
 mod driver;
+mod expiry_audit;
 mod gate;
 mod hold;
 mod ledger;

@@ -12,6 +12,7 @@ use weir_format::{decode_envelope, EnvelopeKind};
 use weir_storage::keys;
 
 use crate::archive::LogArchive;
+use crate::expiry_audit::ExpiryAudit;
 
 /// The durable state after every live slot, replayed from slot 0.
 pub(crate) fn replay_from_zero(archive: &LogArchive) -> Result<State, String> {
@@ -27,6 +28,8 @@ pub(crate) fn replay_from_zero(archive: &LogArchive) -> Result<State, String> {
 #[derive(Debug, Default)]
 pub(crate) struct Incremental {
     state: State,
+    /// Producer expiry checked on every entry applied.
+    expiry: ExpiryAudit,
     highest_epoch: u64,
     next_seq: u64,
 }
@@ -39,6 +42,11 @@ impl Incremental {
 
     pub(crate) fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// Producer expiry breaches (RFC 0003 check e) found since the last call.
+    pub(crate) fn take_breaches(&mut self) -> Vec<String> {
+        self.expiry.take()
     }
 
     /// Applies the slots from `next_seq` up to `limit` (exclusive) or the first missing one.
@@ -64,7 +72,7 @@ impl Incremental {
             let record: LogRecord =
                 serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
             for entry in &record.entries {
-                self.state.apply(entry);
+                self.expiry.apply(&mut self.state, entry, seq);
             }
         }
         Ok(())

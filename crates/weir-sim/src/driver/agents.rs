@@ -140,6 +140,9 @@ impl World {
                     newest
                 }
             };
+            if !self.ready_to_send(c) {
+                continue;
+            }
             let client = &self.clients[c];
             if client.kind == Kind::Idempotent && client.producer.is_none() {
                 if let std::collections::btree_map::Entry::Vacant(slot) =
@@ -155,7 +158,8 @@ impl World {
                 .into_iter()
                 .map(|batch| vec![batch])
                 .collect();
-            if load && self.rng.f64() < self.scenario.p_send {
+            let quiet = self.clients[c].quiet();
+            if load && self.rng.f64() < self.scenario.p_send && !quiet {
                 let mut partitions: Vec<i32> = (0..self.scenario.partitions).collect();
                 self.rng.shuffle(&mut partitions);
                 partitions.truncate(self.rng.usize(1..=partitions.len().min(3)));
@@ -218,9 +222,10 @@ impl World {
 
     pub(super) fn init_producer(&mut self, client: usize, incarnation: usize) {
         let control = self.incarnations[incarnation].control.clone();
+        let now_ms = self.clock.now_ms();
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let result = match control.submit(Entry::init_producer_id(None, 0)).await {
+            let result = match control.submit(Entry::init_producer_id(None, now_ms)).await {
                 Ok(EntryResult::InitProducerId(Ok(pair))) => Ok(pair),
                 Ok(other) => Err(format!("{other:?}")),
                 Err(err) => Err(err.to_string()),
@@ -406,14 +411,32 @@ impl World {
                     ) {
                         self.report.out_of_sequence += 1;
                     }
+                    let client = &mut self.clients[request.client];
+                    let mut batch = batch;
+                    match &err {
+                        ProduceError::Control(control) if client.lost_state(&batch, control) => {
+                            client.bump_pending = true;
+                            self.report.lost_producer_state += 1;
+                        }
+                        ProduceError::Control(
+                            ControlError::Unavailable(_) | ControlError::ShuttingDown,
+                        )
+                        | ProduceError::ShuttingDown => batch.ambiguous = true,
+                        _ => {}
+                    }
+                    let expected = self.scenario.expiry.expiration.is_some();
                     if matches!(
                         err,
                         ProduceError::Control(
                             ControlError::InvalidProducerEpoch { .. }
-                                | ControlError::UnknownProducerId(_)
                                 | ControlError::UnknownTopicOrPartition(_)
                         )
-                    ) {
+                    ) || (!expected
+                        && matches!(
+                            err,
+                            ProduceError::Control(ControlError::UnknownProducerId(_))
+                        ))
+                    {
                         self.violation(format!("c{client_id}#{number} refused: {err}"));
                     }
                     self.event(&format!("fail c{client_id}#{number} p{partition}: {err}"));

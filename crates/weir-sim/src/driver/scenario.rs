@@ -46,6 +46,8 @@ pub(super) struct Scenario {
     pub(super) gc: GcScenario,
     /// The orphan sweep (its own generator, as `gc`).
     pub(super) sweep: sweep::SweepScenario,
+    /// Producer expiry and quiet producers (its own generator, as `gc`).
+    pub(super) expiry: super::expiry::ExpiryScenario,
 }
 
 impl Scenario {
@@ -94,6 +96,7 @@ impl Scenario {
             p_send: 0.3 + rng.f64() * 0.6,
             gc: GcScenario::default(),
             sweep: sweep::SweepScenario::default(),
+            expiry: super::expiry::ExpiryScenario::default(),
         }
     }
 
@@ -106,7 +109,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}",
+             snapshot every {} slots{}; {}; {}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -128,6 +131,7 @@ impl Scenario {
             },
             self.gc.describe(),
             self.sweep.describe(),
+            self.expiry.describe(),
         )
     }
 }
