@@ -1,6 +1,7 @@
 //! The simulated world and its step loop. Faults live in [`faults`], retention, DeleteRecords
 //! and the file deleter in [`retention`], agents and clients in [`agents`], consumers and audits
-//! in [`checks`], the per-seed report in [`report`], what a seed chooses in [`scenario`].
+//! in [`checks`], the per-seed report in [`report`], what a seed chooses in [`scenario`],
+//! metadata-log GC and paused log writes in [`loggc`], producer expiry in [`expiry`].
 
 mod agents;
 mod checks;
