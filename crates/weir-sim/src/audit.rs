@@ -21,6 +21,7 @@ use weir_control::{IndexEntry, State};
 use weir_protocol::batch::BatchHeader;
 use weir_storage::keys;
 
+use crate::archive::LogArchive;
 use crate::client::{BatchId, Stamps};
 use crate::ledger::DeleteLedger;
 use crate::replay::Incremental;
@@ -30,6 +31,7 @@ use crate::replay::Incremental;
 pub(crate) struct Seen {
     pub(crate) id: BatchId,
     pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
     pub(crate) base_sequence: i32,
     pub(crate) count: i32,
 }
@@ -86,6 +88,8 @@ impl Breaches {
 
 pub(crate) struct Auditor {
     raw_control: Arc<InMemory>,
+    /// Every log slot written, for the independent replay (GC deletes from `raw_control`).
+    archive: Arc<LogArchive>,
     raw_buckets: Vec<Arc<InMemory>>,
     quorum: usize,
     /// Batch identity by (file, byte offset): files never change once written.
@@ -111,12 +115,14 @@ pub(crate) struct Auditor {
 impl Auditor {
     pub(crate) fn new(
         raw_control: Arc<InMemory>,
+        archive: Arc<LogArchive>,
         raw_buckets: Vec<Arc<InMemory>>,
         quorum: usize,
         ledger: Arc<DeleteLedger>,
     ) -> Auditor {
         Auditor {
             raw_control,
+            archive,
             raw_buckets,
             quorum,
             identities: BTreeMap::new(),
@@ -140,11 +146,7 @@ impl Auditor {
             self.files_checked.clear();
         }
         for delete in deletes {
-            if let Err(err) = self
-                .durable
-                .advance(&self.raw_control, delete.durable_slots)
-                .await
-            {
+            if let Err(err) = self.durable.advance(&self.archive, delete.durable_slots) {
                 violations.push(format!("the durable metadata log does not replay: {err}"));
                 return;
             }
@@ -173,9 +175,10 @@ impl Auditor {
                 ));
             }
         }
-        if let Err(err) = self.durable.advance(&self.raw_control, u64::MAX).await {
+        if let Err(err) = self.durable.advance(&self.archive, u64::MAX) {
             violations.push(format!("the durable metadata log does not replay: {err}"));
         }
+        violations.extend(self.durable.take_breaches());
     }
 
     /// A data file the durable state lets go: released (the deleter's), or never named and
@@ -220,11 +223,12 @@ impl Auditor {
         self.files_checked.clear();
     }
 
-    /// Replays the raw metadata log twice, through production `LogStore::replay` and through
-    /// the auditor's own [`crate::replay`], and reports any difference.
+    /// Replays the metadata log twice, through production `LogStore::replay` (snapshot and the
+    /// bucket's slots after it) and through the auditor's own [`crate::replay`] (every slot
+    /// from 0, from the archive), and reports any difference.
     pub(crate) async fn cross_check_replay(&self, violations: &mut Vec<String>) {
         let production = LogStore::new(self.raw_control.clone(), 1).replay().await;
-        let independent = crate::replay::replay_from_zero(&self.raw_control).await;
+        let independent = crate::replay::replay_from_zero(&self.archive);
         match (production, independent) {
             (Ok(production), Ok(independent)) => {
                 violations.extend(crate::replay::compare(&production.state, &independent));
@@ -418,6 +422,7 @@ impl Auditor {
         let seen = Seen {
             id,
             producer_id: header.producer_id,
+            producer_epoch: header.producer_epoch,
             base_sequence: header.base_sequence,
             count: header.last_offset_delta + 1,
         };
@@ -453,7 +458,8 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
             ));
         }
         let mut seen_ids: BTreeMap<BatchId, i64> = BTreeMap::new();
-        let mut next_sequence: BTreeMap<i64, i32> = BTreeMap::new();
+        // Per producer: its epoch and next sequence (a new epoch restarts at 0).
+        let mut next_sequence: BTreeMap<i64, (i16, i32)> = BTreeMap::new();
         let mut last_plain: BTreeMap<u32, u32> = BTreeMap::new();
         for placed in batches {
             let entry = placed.entry;
@@ -474,10 +480,12 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
                 ));
             }
             if seen.producer_id >= 0 {
-                // Simulated producers start every partition at sequence 0 and never skip; a
-                // producer's first batch above a moved log start may continue anywhere.
+                // Simulated producers start every partition at sequence 0 and never skip, and
+                // restart at 0 under a new epoch; a producer's first batch above a moved log
+                // start may continue anywhere.
                 let expected = match next_sequence.get(&seen.producer_id) {
-                    Some(next) => *next,
+                    Some((epoch, _)) if *epoch < seen.producer_epoch => 0,
+                    Some((_, next)) => *next,
                     None if start > 0 => seen.base_sequence,
                     None => 0,
                 };
@@ -488,7 +496,10 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
                         seen.producer_id, seen.base_sequence, entry.base_offset
                     ));
                 }
-                next_sequence.insert(seen.producer_id, seen.base_sequence + seen.count);
+                next_sequence.insert(
+                    seen.producer_id,
+                    (seen.producer_epoch, seen.base_sequence + seen.count),
+                );
             } else {
                 if let Some(previous) = last_plain.get(&seen.id.client) {
                     if seen.id.number <= *previous {

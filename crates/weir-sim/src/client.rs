@@ -6,6 +6,14 @@
 //! partition, and a failed or unanswered batch is re-sent with its original sequence number, in
 //! sequence order, once nothing else of its partition is in flight. Plain clients never retry, so
 //! every batch of theirs must appear at most once in the log too.
+//!
+//! An idempotent client whose producer id expired (`UNKNOWN_PRODUCER_ID`, 59, or a partition
+//! whose state the broker lost) reacts as librdkafka does: it waits until nothing is in flight,
+//! bumps its epoch locally and re-sends every batch not yet acknowledged from sequence 0 (which
+//! revives the id, RFC 0003 §4). A batch whose fate is unknown (written off with its
+//! connection, or failed with an error that does not say whether it was written) cannot be
+//! re-sequenced without risking a duplicate: the client gives up on it, as librdkafka fails a
+//! message whose delivery timeout passed.
 
 use std::collections::BTreeMap;
 
@@ -60,6 +68,8 @@ pub(crate) struct Batch {
     /// Base sequence; -1 for plain clients.
     pub(crate) sequence: i32,
     pub(crate) attempts: u32,
+    /// Some attempt's fate is unknown: it may be in the log under its current sequence.
+    pub(crate) ambiguous: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +110,14 @@ pub(crate) struct Client {
     pub(crate) streams: BTreeMap<i32, Stream>,
     /// Plain clients: sent and not answered.
     pub(crate) plain_in_flight: BTreeMap<u32, Batch>,
+    /// The broker lost this producer's state: bump the epoch once nothing is in flight.
+    pub(crate) bump_pending: bool,
+    /// Batches given up at an epoch bump (their fate unknown), never acknowledged.
+    pub(crate) given_up: u32,
+    /// Sending nothing new until then (a producer that went quiet).
+    pub(crate) idle_until: Option<tokio::time::Instant>,
+    /// Sending nothing new, and quiet this long once nothing is in flight.
+    pub(crate) going_quiet: Option<std::time::Duration>,
 }
 
 impl Client {
@@ -112,6 +130,10 @@ impl Client {
             next_number: 0,
             streams: BTreeMap::new(),
             plain_in_flight: BTreeMap::new(),
+            bump_pending: false,
+            given_up: 0,
+            idle_until: None,
+            going_quiet: None,
         }
     }
 
@@ -137,6 +159,7 @@ impl Client {
                     count,
                     sequence: stream.next_sequence,
                     attempts: 1,
+                    ambiguous: false,
                 };
                 stream.next_sequence += count;
                 stream.in_flight.insert(id.number, batch);
@@ -150,6 +173,7 @@ impl Client {
                     count,
                     sequence: -1,
                     attempts: 1,
+                    ambiguous: false,
                 };
                 self.plain_in_flight.insert(id.number, batch);
                 batch
@@ -193,7 +217,59 @@ impl Client {
             lost.extend(std::mem::take(&mut stream.in_flight).into_values());
         }
         self.attached = None;
+        for batch in &mut lost {
+            batch.ambiguous = true;
+        }
         lost
+    }
+
+    /// Whether a refusal of `batch` means the broker no longer has this producer's state on
+    /// its partition: 59, or a first sequence expected although earlier batches of the
+    /// partition were acknowledged (the id was revived elsewhere after it expired).
+    pub(crate) fn lost_state(&self, batch: &Batch, error: &weir_control::ControlError) -> bool {
+        use weir_control::ControlError;
+        match error {
+            ControlError::UnknownProducerId(_) => true,
+            ControlError::OutOfOrderSequence { expected: 0, .. } => {
+                let stream = self.streams.get(&batch.partition);
+                let lowest = stream
+                    .into_iter()
+                    .flat_map(|s| s.in_flight.values().chain(s.retry.values()))
+                    .map(|b| b.sequence)
+                    .chain([batch.sequence])
+                    .min();
+                lowest.is_some_and(|sequence| sequence > 0)
+            }
+            _ => false,
+        }
+    }
+
+    /// The epoch bump after the broker lost this producer's state, once nothing is in flight:
+    /// every partition restarts at sequence 0 under the next epoch, batches not yet
+    /// acknowledged re-sequenced in order, those of unknown fate given up. Returns the new
+    /// epoch, or `None` while batches are still in flight.
+    pub(crate) fn bump_epoch(&mut self) -> Option<i16> {
+        if self.streams.values().any(|s| !s.in_flight.is_empty()) {
+            return None;
+        }
+        let (id, epoch) = self.producer?;
+        let epoch = epoch + 1;
+        self.producer = Some((id, epoch));
+        self.bump_pending = false;
+        for stream in self.streams.values_mut() {
+            let pending = std::mem::take(&mut stream.retry);
+            stream.next_sequence = 0;
+            for (_, mut batch) in pending {
+                if batch.ambiguous {
+                    self.given_up += 1;
+                    continue;
+                }
+                batch.sequence = stream.next_sequence;
+                stream.next_sequence += batch.count;
+                stream.retry.insert(batch.sequence, batch);
+            }
+        }
+        Some(epoch)
     }
 
     /// Batches to re-send now: a stream's whole retry queue once nothing of it is in flight.
@@ -209,6 +285,11 @@ impl Client {
             }
         }
         out
+    }
+
+    /// Whether the client sends no new batches now (quiet, or about to be).
+    pub(crate) fn quiet(&self) -> bool {
+        self.idle_until.is_some() || self.going_quiet.is_some()
     }
 
     pub(crate) fn settled(&self) -> bool {
@@ -260,5 +341,45 @@ mod tests {
         );
         assert!(resends.iter().all(|b| b.attempts == 2));
         assert!(!client.settled());
+    }
+
+    #[test]
+    fn test_epoch_bump_resequences_from_zero_and_gives_up_unknown_fates() {
+        let mut client = Client::new(2, Kind::Idempotent);
+        client.producer = Some((7, 0));
+        let a = client.new_batch(0, 2, 10);
+        let b = client.new_batch(0, 3, 11);
+        let c = client.new_batch(1, 1, 12);
+        let refused = weir_control::ControlError::UnknownProducerId(7);
+        // a's connection was lost (fate unknown); b and c were refused with 59.
+        let a = client.answered(0, a.id.number).unwrap();
+        client.failed(Batch {
+            ambiguous: true,
+            ..a
+        });
+        let b = client.answered(0, b.id.number).unwrap();
+        assert!(client.lost_state(&b, &refused));
+        client.failed(b);
+        assert_eq!(client.bump_epoch(), None, "c is still in flight");
+        let c = client.answered(1, c.id.number).unwrap();
+        client.failed(c);
+        assert_eq!(client.bump_epoch(), Some(1));
+        assert_eq!(client.producer, Some((7, 1)));
+        assert_eq!(client.given_up, 1);
+        let resends = client.take_resends();
+        let sent: Vec<(u32, i32, i32)> = resends
+            .iter()
+            .map(|batch| (batch.id.number, batch.partition, batch.sequence))
+            .collect();
+        assert_eq!(sent, vec![(1, 0, 0), (2, 1, 0)]);
+        assert_eq!(client.streams[&0].next_sequence, 3);
+        // A first sequence expected although earlier batches were acknowledged: state lost.
+        let d = client.new_batch(0, 1, 13);
+        let expected_zero = weir_control::ControlError::OutOfOrderSequence {
+            expected: 0,
+            got: d.sequence,
+        };
+        client.answered(0, 1);
+        assert!(client.lost_state(&d, &expected_zero));
     }
 }

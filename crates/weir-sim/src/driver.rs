@@ -1,12 +1,16 @@
 //! The simulated world and its step loop. Faults live in [`faults`], retention, DeleteRecords
 //! and the file deleter in [`retention`], agents and clients in [`agents`], consumers and audits
-//! in [`checks`], the per-seed report in [`report`].
+//! in [`checks`], the per-seed report in [`report`], what a seed chooses in [`scenario`],
+//! metadata-log GC and paused log writes in [`loggc`], producer expiry in [`expiry`].
 
 mod agents;
 mod checks;
+mod expiry;
 mod faults;
+mod loggc;
 mod report;
 mod retention;
+mod scenario;
 mod sweep;
 
 pub use report::SimReport;
@@ -25,20 +29,22 @@ use weir_common::{Clock, TopicId};
 use weir_control::{ControlError, ControlPlane, ControlPlaneSettings, Entry, EntryResult};
 use weir_fetch::FetchReader;
 use weir_produce::{
-    PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
-    ProduceTicket, TicketOutcome,
+    PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceTicket, TicketOutcome,
 };
 use weir_protocol::batch::{build_test_batch, split_and_validate, BatchHeader};
 use weir_storage::{
-    BucketStats, LatencyProfile, LayerPolicy, LayerStore, ModelStore, OpLatency, PriceTable,
-    QuorumWriter, ReadCache,
+    BucketStats, LatencyProfile, LayerPolicy, LayerStore, ModelStore, PriceTable, QuorumWriter,
+    ReadCache,
 };
 
+use crate::archive::LogArchive;
 use crate::audit::{check_log, Auditor, Shadow};
 use crate::client::{Batch, BatchId, Client, Kind, Stamps};
 use crate::gate::{BucketFaults, Gate};
+use crate::hold::{HoldSwitch, SlotHold};
 use crate::ledger::DeleteLedger;
 use retention::GcScenario;
+use scenario::Scenario;
 
 const TOPIC: &str = "sim";
 /// Upper bound on simulated time for the heal phase to converge.
@@ -106,123 +112,6 @@ struct SimClock {
 impl Clock for SimClock {
     fn now_ms(&self) -> i64 {
         1_750_000_000_000 + self.origin.elapsed().as_millis() as i64
-    }
-}
-
-/// Everything the seed chose about the deployment.
-#[derive(Debug, Clone)]
-struct Scenario {
-    buckets: usize,
-    quorum: usize,
-    partitions: i32,
-    error_rate: f64,
-    /// PUTs that land but report a timeout.
-    ambiguous_rate: f64,
-    /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing (drawn
-    /// from its own generator, like `p_overlap`).
-    create_conflict_rate: f64,
-    put: OpLatency,
-    get: OpLatency,
-    produce: ProduceSettings,
-    log_inflight: usize,
-    snapshot_every: u64,
-    kinds: Vec<Kind>,
-    /// Per-step fault probabilities.
-    p_crash: f64,
-    p_takeover: f64,
-    p_outage: f64,
-    p_slow: f64,
-    p_log_outage: f64,
-    /// Per-step probability of two overlapping recoveries (drawn from its own generator, so
-    /// the other faults of a seed stay where they were before this fault existed).
-    p_overlap: f64,
-    p_send: f64,
-    /// Retention, DeleteRecords, the deleter and the fetch plan TTL (drawn from their own
-    /// generator).
-    gc: GcScenario,
-    /// The orphan sweep (its own generator, as `gc`).
-    sweep: sweep::SweepScenario,
-}
-
-impl Scenario {
-    fn pick(rng: &mut fastrand::Rng) -> Scenario {
-        let (buckets, quorum) = [(1, 1), (3, 2), (3, 2), (2, 2)][rng.usize(..4)];
-        let put_p50 = rng.u64(2..=12);
-        let clients = rng.usize(2..=4);
-        let kinds = (0..clients)
-            .map(|i| {
-                if i == 0 || rng.f64() < 0.6 {
-                    Kind::Idempotent
-                } else {
-                    Kind::Plain
-                }
-            })
-            .collect();
-        let calm = rng.f64() < 0.25;
-        let scale = if calm { 0.0 } else { 1.0 };
-        Scenario {
-            buckets,
-            quorum,
-            partitions: rng.i32(1..=4),
-            error_rate: [0.0, 0.0, 0.01, 0.05][rng.usize(..4)],
-            ambiguous_rate: [0.0, 0.01, 0.03][rng.usize(..3)],
-            create_conflict_rate: 0.0,
-            put: OpLatency::millis(put_p50, put_p50 * rng.u64(2..=6)),
-            get: OpLatency::millis(1 + put_p50 / 3, put_p50 * 2),
-            produce: ProduceSettings {
-                flush_interval: Duration::from_millis(rng.u64(1..=20)),
-                max_file_bytes: [300, 2_000, 64 * 1024][rng.usize(..3)],
-                max_inflight_uploads: rng.usize(1..=8),
-                upload_attempts: rng.u32(1..=3),
-                queue_depth: 1024,
-            },
-            log_inflight: rng.usize(1..=4),
-            snapshot_every: rng.u64(3..=40),
-            kinds,
-            p_crash: 0.004 * scale,
-            p_takeover: 0.008 * scale,
-            p_outage: 0.006 * scale,
-            p_slow: 0.006 * scale,
-            p_log_outage: 0.003 * scale,
-            p_overlap: 0.002 * scale,
-            p_send: 0.3 + rng.f64() * 0.6,
-            gc: GcScenario::default(),
-            sweep: sweep::SweepScenario::default(),
-        }
-    }
-
-    fn describe(&self) -> String {
-        let idempotent = self
-            .kinds
-            .iter()
-            .filter(|k| **k == Kind::Idempotent)
-            .count();
-        format!(
-            "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
-             errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}",
-            self.buckets,
-            self.quorum,
-            self.partitions,
-            idempotent,
-            self.kinds.len() - idempotent,
-            self.put.p50,
-            self.error_rate * 100.0,
-            self.ambiguous_rate * 100.0,
-            self.create_conflict_rate * 100.0,
-            self.produce.max_file_bytes,
-            self.produce.flush_interval,
-            self.produce.max_inflight_uploads,
-            self.log_inflight,
-            self.snapshot_every,
-            if self.p_crash == 0.0 {
-                ", no process faults"
-            } else {
-                ""
-            },
-            self.gc.describe(),
-            self.sweep.describe(),
-        )
     }
 }
 
@@ -352,6 +241,8 @@ struct World {
     clock: Arc<dyn Clock>,
     buckets: Vec<Bucket>,
     log_bucket: Bucket,
+    /// Every log slot the metadata bucket's gates saw land (log GC deletes from the bucket).
+    archive: Arc<LogArchive>,
     auditor: Auditor,
     topic: Option<TopicId>,
     incarnations: Vec<Incarnation>,
@@ -363,6 +254,13 @@ struct World {
     gc_rng: fastrand::Rng,
     /// Draws of the orphan sweep and agents' clock skews (their own generator).
     sweep_rng: fastrand::Rng,
+    /// Draws of producer expiry and quiet producers (their own generator).
+    expiry_rng: fastrand::Rng,
+    /// Draws of paused log writes (their own generator).
+    loggc_rng: fastrand::Rng,
+    /// Per incarnation number, the switch that pauses one of its log writes.
+    log_holds: Vec<Arc<HoldSwitch>>,
+    slot_hold: Option<loggc::SlotHoldFault>,
     /// Every batch's first timestamp, for the auditor to tell batches apart.
     stamps: Stamps,
     /// DELETEs of data files the gates saw.
@@ -436,14 +334,18 @@ impl World {
         scenario.gc = GcScenario::pick(&mut gc_rng);
         let mut sweep_rng = fastrand::Rng::with_seed(seed ^ 0x7377_6565_7021);
         scenario.sweep = sweep::SweepScenario::pick(&mut sweep_rng);
+        let mut expiry_rng = fastrand::Rng::with_seed(seed ^ 0x6578_7069_7279);
+        scenario.expiry = expiry::ExpiryScenario::pick(&mut expiry_rng, scenario.p_crash == 0.0);
         let buckets: Vec<Bucket> = (0..scenario.buckets)
             .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None))
             .collect();
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(&mut rng, &scenario, "sim-log", Some(&create_conflicts));
-        let ledger = Arc::new(DeleteLedger::new(log_bucket.raw.clone()));
+        let archive = Arc::new(LogArchive::default());
+        let ledger = Arc::new(DeleteLedger::new(archive.clone()));
         let auditor = Auditor::new(
             log_bucket.raw.clone(),
+            archive.clone(),
             buckets.iter().map(|b| b.raw.clone()).collect(),
             scenario.quorum,
             ledger.clone(),
@@ -472,6 +374,7 @@ impl World {
             }),
             buckets,
             log_bucket,
+            archive,
             auditor,
             topic: None,
             incarnations: Vec::new(),
@@ -479,6 +382,10 @@ impl World {
             fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
             gc_rng,
             sweep_rng,
+            loggc_rng: fastrand::Rng::with_seed(seed ^ 0x6c6f_6767_6321),
+            expiry_rng,
+            log_holds: Vec::new(),
+            slot_hold: None,
             stamps: Stamps::default(),
             ledger,
             overlap: None,
@@ -540,6 +447,8 @@ impl World {
             self.step = step;
             self.inject_faults();
             self.inject_gc();
+            self.inject_slot_holds();
+            self.inject_expiry();
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;
@@ -570,6 +479,7 @@ impl World {
             step += 1;
             self.tick(false).await;
         }
+        self.check_log_bound().await;
         self.report.steps = self.step + 1;
         self.final_audit().await;
         self.report.sim_millis = start.elapsed().as_millis() as u64;
@@ -584,6 +494,7 @@ impl World {
     /// One step: keep an agent running, let clients send, let time pass, take in what came
     /// back, consume, audit.
     async fn tick(&mut self, load: bool) {
+        self.progress_slot_hold().await;
         self.overlap_second();
         self.ensure_incarnation();
         self.send(load).await;

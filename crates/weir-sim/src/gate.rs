@@ -29,6 +29,7 @@ use object_store::{
 };
 use weir_storage::OpLatency;
 
+use crate::archive::LogArchive;
 use crate::ledger::DeleteLedger;
 
 /// Faults of one bucket shared by every incarnation's gate.
@@ -107,6 +108,8 @@ pub(crate) struct Gate {
     faults: Arc<BucketFaults>,
     /// Where DELETEs are recorded, and which bucket this is (data buckets only).
     ledger: Option<(Arc<DeleteLedger>, usize)>,
+    /// Where log slots that land are copied (the metadata bucket only).
+    archive: Option<Arc<LogArchive>>,
 }
 
 impl Gate {
@@ -120,7 +123,14 @@ impl Gate {
             halted,
             faults,
             ledger: None,
+            archive: None,
         }
+    }
+
+    /// Copies every log slot that lands through this gate of the metadata bucket to `archive`.
+    pub(crate) fn with_archive(mut self, archive: Arc<LogArchive>) -> Gate {
+        self.archive = Some(archive);
+        self
     }
 
     /// Records the DELETEs that pass this gate of data bucket `bucket` in `ledger`.
@@ -191,9 +201,14 @@ impl ObjectStore for Gate {
                 source: "sim: a conflicting write is in progress (nothing written)".into(),
             });
         }
+        let copy = self.archive.as_ref().map(|_| payload.clone());
+        let create_only = matches!(opts.mode, PutMode::Create);
         let result = self.inner.put_opts(location, payload, opts).await?;
         if let Some((ledger, _)) = &self.ledger {
             ledger.landed(location);
+        }
+        if let (Some(archive), Some(copy)) = (&self.archive, copy) {
+            archive.landed(location, copy.into(), create_only);
         }
         if self.faults.lie() {
             return Err(object_store::Error::Generic {

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::ObjectStoreExt;
 use tokio::time::Instant;
 use weir_storage::keys;
+
+use crate::archive::LogArchive;
 
 /// One DELETE of a data file, as a gate saw it.
 #[derive(Debug, Clone)]
@@ -26,7 +26,8 @@ pub(crate) struct DeleteSeen {
 
 #[derive(Debug)]
 pub(crate) struct DeleteLedger {
-    raw_log: Arc<InMemory>,
+    /// The log slots written (the bucket may have lost covered ones to log GC).
+    archive: Arc<LogArchive>,
     /// Slots known to be durable (the durable prefix only grows).
     durable_hint: AtomicU64,
     /// Not yet checked by the auditor, in the order seen.
@@ -38,9 +39,9 @@ pub(crate) struct DeleteLedger {
 }
 
 impl DeleteLedger {
-    pub(crate) fn new(raw_log: Arc<InMemory>) -> DeleteLedger {
+    pub(crate) fn new(archive: Arc<LogArchive>) -> DeleteLedger {
         DeleteLedger {
-            raw_log,
+            archive,
             durable_hint: AtomicU64::new(0),
             unchecked: Mutex::new(Vec::new()),
             first: Mutex::new(BTreeMap::new()),
@@ -48,12 +49,12 @@ impl DeleteLedger {
         }
     }
 
-    /// How many slots from 0 are in the metadata bucket without a hole: what recovery reads.
-    async fn durable_slots(&self) -> u64 {
-        let mut slots = self.durable_hint.load(Ordering::SeqCst);
-        while self.raw_log.head(&keys::meta_log(slots)).await.is_ok() {
-            slots += 1;
-        }
+    /// How many slots from 0 were written without a hole: what recovery reads (from a
+    /// snapshot and the slots after it, once GC deleted the covered ones).
+    fn durable_slots(&self) -> u64 {
+        let slots = self
+            .archive
+            .first_missing(self.durable_hint.load(Ordering::SeqCst));
         self.durable_hint.fetch_max(slots, Ordering::SeqCst);
         slots
     }
@@ -63,7 +64,7 @@ impl DeleteLedger {
         if !key.prefix_matches(&keys::ingest_prefix()) {
             return;
         }
-        let durable_slots = self.durable_slots().await;
+        let durable_slots = self.durable_slots();
         let repeat = lock(&self.first).contains_key(key);
         lock(&self.first)
             .entry(key.clone())

@@ -6,7 +6,8 @@
 //! agent incarnation, a second writer taking over while the first still runs, bucket outages,
 //! slow buckets, metadata-bucket outages) and the bounded-state machinery of RFC 0003: retention,
 //! DeleteRecords, the file deleter with its grace, fetch plans with a TTL, slow metadata and
-//! lagging data buckets, the orphan sweep with skewed agent clocks. The real `weir-produce`, `weir-control`, `weir-fetch`
+//! lagging data buckets, the orphan sweep with skewed agent clocks, snapshots every 3–40 slots
+//! each followed by metadata-log GC. The real `weir-produce`, `weir-control`, `weir-fetch`
 //! and `weir-storage` code runs on a single-threaded Tokio runtime with a paused clock over
 //! in-memory buckets, so a seed replays exactly and an hour of faults runs in seconds.
 //!
@@ -19,14 +20,19 @@
 //! GC-1 (every DELETE a gate saw was of a file the durable log of that moment released, or an
 //! orphan it never named below a durable sweep horizon;
 //! no fetch finds a file gone within its plan's TTL). After the fault phase everything
-//! heals and every idempotent batch must eventually be acknowledged (liveness).
+//! heals and every idempotent batch must eventually be acknowledged, and log GC must have bounded
+//! the metadata log again (liveness). The independent replay reads every log slot ever written
+//! from the [`archive`], since GC deletes covered slots from the bucket.
 //!
 //! `cargo nextest run -p weir-sim` runs a fixed set of seeds; `weir-sim --seeds N` runs more.
 
+mod archive;
 mod audit;
 mod client;
 mod driver;
+mod expiry_audit;
 mod gate;
+mod hold;
 mod ledger;
 mod replay;
 

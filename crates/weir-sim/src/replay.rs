@@ -1,21 +1,23 @@
-//! An independent, minimal replay of the raw metadata log, so a bug in the production replay
-//! (`LogStore::replay`: snapshot choice, where replay starts and stops, the dead-slot rule)
-//! cannot fool both the system and its auditor. It ignores snapshots, reads every slot from 0
-//! until the first missing one, and restates the dead-slot rule: a record whose epoch is below
+//! An independent, minimal replay of the metadata log, so a bug in the production replay
+//! (`LogStore::replay`: snapshot choice, where replay starts and stops, the dead-slot rule) or
+//! in log GC (a slot deleted that replay still needed) cannot fool both the system and its
+//! auditor. It ignores snapshots, reads every slot from 0 until the first missing one from the
+//! [`LogArchive`] of every slot written (log GC deletes covered slots from the bucket), and restates the dead-slot rule: a record whose epoch is below
 //! the highest epoch seen so far was written by a deposed writer and is skipped. Only the
 //! state machine (`State::apply`) and the envelope decoder are shared with production.
 
-use object_store::memory::InMemory;
-use object_store::ObjectStoreExt;
 use weir_control::log::LogRecord;
 use weir_control::State;
 use weir_format::{decode_envelope, EnvelopeKind};
 use weir_storage::keys;
 
+use crate::archive::LogArchive;
+use crate::expiry_audit::ExpiryAudit;
+
 /// The durable state after every live slot, replayed from slot 0.
-pub(crate) async fn replay_from_zero(raw: &InMemory) -> Result<State, String> {
+pub(crate) fn replay_from_zero(archive: &LogArchive) -> Result<State, String> {
     let mut replay = Incremental::default();
-    replay.advance(raw, u64::MAX).await?;
+    replay.advance(archive, u64::MAX)?;
     let mut state = replay.state;
     state.mark_all_stable();
     Ok(state)
@@ -26,6 +28,8 @@ pub(crate) async fn replay_from_zero(raw: &InMemory) -> Result<State, String> {
 #[derive(Debug, Default)]
 pub(crate) struct Incremental {
     state: State,
+    /// Producer expiry checked on every entry applied.
+    expiry: ExpiryAudit,
     highest_epoch: u64,
     next_seq: u64,
 }
@@ -40,18 +44,18 @@ impl Incremental {
         self.next_seq
     }
 
+    /// Producer expiry breaches (RFC 0003 check e) found since the last call.
+    pub(crate) fn take_breaches(&mut self) -> Vec<String> {
+        self.expiry.take()
+    }
+
     /// Applies the slots from `next_seq` up to `limit` (exclusive) or the first missing one.
-    pub(crate) async fn advance(&mut self, raw: &InMemory, limit: u64) -> Result<(), String> {
+    pub(crate) fn advance(&mut self, archive: &LogArchive, limit: u64) -> Result<(), String> {
         while self.next_seq < limit {
             let seq = self.next_seq;
             let key = keys::meta_log(seq);
-            let bytes = match raw.get(&key).await {
-                Ok(result) => result
-                    .bytes()
-                    .await
-                    .map_err(|err| format!("{key}: {err}"))?,
-                Err(object_store::Error::NotFound { .. }) => break,
-                Err(err) => return Err(format!("{key}: {err}")),
+            let Some(bytes) = archive.slot(seq) else {
+                break;
             };
             let envelope = decode_envelope(&bytes).map_err(|err| format!("{key}: {err}"))?;
             if envelope.kind != EnvelopeKind::LogEntry || envelope.seq != seq {
@@ -68,7 +72,7 @@ impl Incremental {
             let record: LogRecord =
                 serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
             for entry in &record.entries {
-                self.state.apply(entry);
+                self.expiry.apply(&mut self.state, entry, seq);
             }
         }
         Ok(())

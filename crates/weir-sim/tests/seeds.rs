@@ -35,7 +35,7 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Vec<SimReport> {
 fn test_sim_seeds_0_to_39_exercise_every_fault() {
     let reports = run_seeds(0..40);
     let total = |count: fn(&SimReport) -> u64| reports.iter().map(count).sum::<u64>();
-    let kinds: [(&str, u64); 19] = [
+    let kinds: [(&str, u64); 23] = [
         ("crashes", total(|r| r.crashes.into())),
         ("takeovers", total(|r| r.takeovers.into())),
         ("dead log slots", total(|r| r.dead_slots)),
@@ -67,6 +67,19 @@ fn test_sim_seeds_0_to_39_exercise_every_fault() {
         ("expired fetch plans", total(|r| r.expired_plans)),
         ("slow metadata buckets", total(|r| r.slow_logs.into())),
         ("lagging data buckets", total(|r| r.put_lags.into())),
+        ("collected log slots", total(|r| r.log_slots_collected)),
+        (
+            "held slot PUTs released after GC",
+            total(|r| r.held_puts_collected.into()),
+        ),
+        (
+            "stalled recoveries released after GC",
+            total(|r| r.stalled_recoveries_collected.into()),
+        ),
+        (
+            "epoch bumps after a producer id expired",
+            total(|r| r.epoch_bumps),
+        ),
     ];
     println!("fault totals over seeds 0-39: {kinds:?}");
     for (kind, count) in kinds {

@@ -38,7 +38,7 @@
 
 use std::collections::BTreeSet;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -155,23 +155,31 @@ impl LogStore {
             .filter(|seq| **seq < s1)
             .map(|seq| keys::meta_snapshot(*seq))
             .collect();
-        report.snapshots = self.delete_all(old_snapshots).await?;
+        // Each batch is attempted even when an earlier one failed: what one GC leaves, the
+        // next lists and deletes again, but only if every GC makes progress.
+        let deleted_snapshots = self.delete_all(old_snapshots).await;
         // After the manifests: a crash in between leaves chunks without one, collected next.
-        let chunks = self.collectable_chunks(s1, s2, &snapshots).await?;
-        report.chunks = self.delete_all(chunks).await?;
+        let chunks = match self.collectable_chunks(s1, s2, &snapshots).await {
+            Ok(chunks) => self.delete_all(chunks).await,
+            Err(err) => Err(err),
+        };
         let (slots, fences_kept) = self.collectable_slots(s1, fence).await?;
         report.fences_kept = fences_kept;
-        report.slots = self.delete_all(slots).await?;
+        let slots = self.delete_all(slots).await;
         let epochs = self.list_seqs(&keys::meta_epoch_prefix()).await?;
         let old_epochs = epochs.len().saturating_sub(KEPT_EPOCHS);
-        report.epochs = self
+        let epochs = self
             .delete_all(
                 epochs[..old_epochs]
                     .iter()
                     .map(|e| keys::meta_epoch(*e))
                     .collect(),
             )
-            .await?;
+            .await;
+        report.snapshots = deleted_snapshots?;
+        report.chunks = chunks?;
+        report.slots = slots?;
+        report.epochs = epochs?;
         info!(s1, s2, ?report, "metadata log GC");
         Ok(report)
     }
@@ -257,6 +265,9 @@ impl LogStore {
     }
 
     /// Deletes `locations` with the store's bulk delete; an absent object counts as deleted.
+    /// Every location is attempted: one failed key (a bulk delete reports errors per key) must
+    /// not leave the rest, or a store failing a few percent of keys collects only the first few
+    /// dozen slots per GC and the log grows without bound. The first failure is returned after.
     async fn delete_all(&self, locations: Vec<Path>) -> Result<usize, LogError> {
         let count = locations.len();
         if count == 0 {
@@ -264,16 +275,21 @@ impl LogStore {
         }
         let first = locations[0].to_string();
         let stream = futures::stream::iter(locations.into_iter().map(Ok)).boxed();
-        self.store
+        let failures: Vec<object_store::Error> = self
+            .store
             .delete_stream(stream)
-            .map(|result| match result {
-                Err(object_store::Error::NotFound { .. }) => Ok(()),
-                other => other.map(drop),
+            .filter_map(|result| async move {
+                match result {
+                    Ok(_) | Err(object_store::Error::NotFound { .. }) => None,
+                    Err(source) => Some(source),
+                }
             })
-            .try_collect::<()>()
-            .await
-            .map_err(|source| LogError::Store { key: first, source })?;
-        Ok(count)
+            .collect()
+            .await;
+        match failures.into_iter().next() {
+            Some(source) => Err(LogError::Store { key: first, source }),
+            None => Ok(count),
+        }
     }
 
     /// The stalled-recovery check (RFC 0003 §7), after recovery wrote its `NewEpoch` at `gap`

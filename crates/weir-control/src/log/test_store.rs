@@ -1,7 +1,7 @@
 //! A store wrapper for deterministic tests of the log: it can hold one create-only PUT on the
 //! wire until the test releases it (a stalled writer), let another writer's bytes land just
 //! before our PUT of a key (a race), answer create-only PUTs with a phantom `AlreadyExists` (S3's
-//! `409 ConditionalRequestConflict`), and it records GETs and listings (what recovery reads); and helpers that write slots and snapshots directly.
+//! `409 ConditionalRequestConflict`), fail the deletes of chosen keys, and it records GETs and listings (what recovery reads); and helpers that write slots and snapshots directly.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -58,6 +58,8 @@ pub(crate) struct HoldStore {
     phantom: Mutex<BTreeMap<Path, u32>>,
     /// PUTs under this prefix fail (a store that refuses snapshot chunks).
     fail_puts: Mutex<Option<Path>>,
+    /// Keys whose deletes fail (a bulk delete's per-key error); the others are deleted.
+    failing_deletes: Mutex<Vec<Path>>,
     gets: Mutex<Vec<Path>>,
     /// `(prefix, offset)` of every listing.
     lists: Mutex<Vec<(Option<Path>, Option<Path>)>>,
@@ -79,6 +81,7 @@ impl HoldStore {
             race: Mutex::new(race),
             phantom: Mutex::new(BTreeMap::new()),
             fail_puts: Mutex::new(None),
+            failing_deletes: Mutex::new(Vec::new()),
             gets: Mutex::new(Vec::new()),
             lists: Mutex::new(Vec::new()),
         }
@@ -92,6 +95,12 @@ impl HoldStore {
     /// Create-only PUTs of `key` conflict `times` times without writing.
     pub(crate) fn phantom_conflicts(self, key: Path, times: u32) -> Self {
         self.phantom.lock().unwrap().insert(key, times);
+        self
+    }
+
+    /// Every delete of `key` fails.
+    pub(crate) fn failing_delete(self, key: Path) -> Self {
+        self.failing_deletes.lock().unwrap().push(key);
         self
     }
 
@@ -196,7 +205,24 @@ impl ObjectStore for HoldStore {
         &self,
         locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
     ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
+        use futures::StreamExt;
+        let failing = self.failing_deletes.lock().unwrap().clone();
+        let inner = self.inner.clone();
+        locations
+            .then(move |location| {
+                let (inner, failing) = (inner.clone(), failing.clone());
+                async move {
+                    let path = location?;
+                    if failing.contains(&path) {
+                        return Err(object_store::Error::Generic {
+                            store: "HoldStore",
+                            source: format!("delete of {path} failed").into(),
+                        });
+                    }
+                    inner.delete(&path).await.map(|()| path)
+                }
+            })
+            .boxed()
     }
 
     fn list(

@@ -25,15 +25,20 @@ impl World {
         self.opened_count += 1;
         let number = self.opened_count - 1;
         let halted = Arc::new(AtomicBool::new(false));
-        let gate = Arc::new(Gate::new(
-            self.log_bucket.model.clone(),
-            halted.clone(),
-            log_faults,
-        ));
-        let store = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
+        let gate = Arc::new(
+            Gate::new(self.log_bucket.model.clone(), halted.clone(), log_faults)
+                .with_archive(self.archive.clone()),
+        );
+        let switch = Arc::new(HoldSwitch::default());
+        self.log_holds.push(switch.clone());
+        let layer = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
+        let store: Arc<dyn ObjectStore> = Arc::new(SlotHold::new(layer, switch));
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
             snapshot_every_slots: self.scenario.snapshot_every,
+            // Snapshots every 3–40 slots, each followed by log GC: the auditor's replay reads
+            // the archive of written slots, not the bucket GC deletes from.
+            log_gc: true,
             write_attempts: 2,
             address: format!("sim-agent-{number}"),
             encode_snapshots_inline: true,
@@ -135,6 +140,9 @@ impl World {
                     newest
                 }
             };
+            if !self.ready_to_send(c) {
+                continue;
+            }
             let client = &self.clients[c];
             if client.kind == Kind::Idempotent && client.producer.is_none() {
                 if let std::collections::btree_map::Entry::Vacant(slot) =
@@ -150,7 +158,8 @@ impl World {
                 .into_iter()
                 .map(|batch| vec![batch])
                 .collect();
-            if load && self.rng.f64() < self.scenario.p_send {
+            let quiet = self.clients[c].quiet();
+            if load && self.rng.f64() < self.scenario.p_send && !quiet {
                 let mut partitions: Vec<i32> = (0..self.scenario.partitions).collect();
                 self.rng.shuffle(&mut partitions);
                 partitions.truncate(self.rng.usize(1..=partitions.len().min(3)));
@@ -213,9 +222,10 @@ impl World {
 
     pub(super) fn init_producer(&mut self, client: usize, incarnation: usize) {
         let control = self.incarnations[incarnation].control.clone();
+        let now_ms = self.clock.now_ms();
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let result = match control.submit(Entry::init_producer_id(None, 0)).await {
+            let result = match control.submit(Entry::init_producer_id(None, now_ms)).await {
                 Ok(EntryResult::InitProducerId(Ok(pair))) => Ok(pair),
                 Ok(other) => Err(format!("{other:?}")),
                 Err(err) => Err(err.to_string()),
@@ -305,6 +315,7 @@ impl World {
                 } => {
                     self.opening -= 1;
                     self.overlap_opened(number, result.is_ok());
+                    self.slot_hold_opened(number, result.is_ok());
                     match result {
                         Ok(control) => {
                             self.report.overtaken_claims += control.open_claims() - 1;
@@ -400,14 +411,32 @@ impl World {
                     ) {
                         self.report.out_of_sequence += 1;
                     }
+                    let client = &mut self.clients[request.client];
+                    let mut batch = batch;
+                    match &err {
+                        ProduceError::Control(control) if client.lost_state(&batch, control) => {
+                            client.bump_pending = true;
+                            self.report.lost_producer_state += 1;
+                        }
+                        ProduceError::Control(
+                            ControlError::Unavailable(_) | ControlError::ShuttingDown,
+                        )
+                        | ProduceError::ShuttingDown => batch.ambiguous = true,
+                        _ => {}
+                    }
+                    let expected = self.scenario.expiry.expiration.is_some();
                     if matches!(
                         err,
                         ProduceError::Control(
                             ControlError::InvalidProducerEpoch { .. }
-                                | ControlError::UnknownProducerId(_)
                                 | ControlError::UnknownTopicOrPartition(_)
                         )
-                    ) {
+                    ) || (!expected
+                        && matches!(
+                            err,
+                            ProduceError::Control(ControlError::UnknownProducerId(_))
+                        ))
+                    {
                         self.violation(format!("c{client_id}#{number} refused: {err}"));
                     }
                     self.event(&format!("fail c{client_id}#{number} p{partition}: {err}"));

@@ -7,7 +7,12 @@ impl World {
     pub(super) fn inject_faults(&mut self) {
         let s = self.scenario.clone();
         if self.rng.f64() < s.p_crash {
-            let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+            // Writers a held log write needs are spared (see `World::spared`).
+            let live: Vec<usize> = self
+                .live()
+                .filter(|(_, inc)| !self.spared(inc.number))
+                .map(|(i, _)| i)
+                .collect();
             if !live.is_empty() {
                 let victim = live[self.rng.usize(..live.len())];
                 self.report.crashes += 1;
@@ -179,24 +184,14 @@ impl World {
     }
 
     pub(super) async fn forge_covered_slot(&mut self) {
-        let snapshots: Vec<u64> = self
-            .log_bucket
-            .raw
-            .list(Some(&weir_storage::keys::meta_snapshot_prefix()))
-            .filter_map(|meta| async move {
-                meta.ok()
-                    .and_then(|m| weir_storage::keys::parse_seq_key(&m.location))
-            })
-            .collect()
+        let snapshots = self
+            .raw_log_seqs(&weir_storage::keys::meta_snapshot_prefix())
             .await;
         let Some(seq) = snapshots.into_iter().max() else {
             return;
         };
         let key = weir_storage::keys::meta_log(seq);
-        let Ok(found) = self.log_bucket.raw.get(&key).await else {
-            return;
-        };
-        let Ok(bytes) = found.bytes().await else {
+        let Some(bytes) = self.archive.slot(seq) else {
             return;
         };
         let Ok(envelope) = weir_format::decode_envelope(&bytes) else {
@@ -217,6 +212,8 @@ impl World {
         else {
             return;
         };
+        // An overwrite behind the writers' backs: the bucket and the archive both change.
+        self.archive.landed(&key, forged.clone(), false);
         let _ = self.log_bucket.raw.put(&key, forged.into()).await;
         self.event(&format!("sabotage: forged {key}"));
     }
@@ -226,6 +223,7 @@ impl World {
     /// no lease yet — so a survivor of a takeover may be stale; a restart is what an operator
     /// does, and what the convergence check then measures.)
     pub(super) fn heal(&mut self) {
+        self.release_slot_hold();
         for bucket in self.buckets.iter().chain(std::iter::once(&self.log_bucket)) {
             bucket.model.set_outage(false);
             bucket.faults.slow_ms.store(0, Ordering::SeqCst);

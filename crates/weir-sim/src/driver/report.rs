@@ -46,6 +46,24 @@ pub struct SimReport {
     pub delete_records: u32,
     /// Offsets the durable log starts moved forward by, over all partitions.
     pub log_start_advance: u64,
+    /// Metadata-log slots log GC deleted (written, no longer in the bucket at the end).
+    pub log_slots_collected: u64,
+    /// Live metadata-log slots at the end, fence slots not counted.
+    pub live_log_slots: u64,
+    /// Slot PUTs of a serving writer held while a second one took over; of those, released
+    /// only once two snapshots covered the held slot (GC collected up to it).
+    pub held_slot_puts: u32,
+    pub held_puts_collected: u32,
+    /// Recoveries whose `NewEpoch` PUT was held; of those, released once collected past.
+    pub stalled_recoveries: u32,
+    pub stalled_recoveries_collected: u32,
+    /// Idempotent clients that went quiet longer than the producer id expiration.
+    pub quiet_producers: u32,
+    /// Refusals telling a client its producer state was gone (59, or a lost partition state).
+    pub lost_producer_state: u64,
+    /// Local epoch bumps after those, and batches of unknown fate given up at one.
+    pub epoch_bumps: u64,
+    pub given_up: u64,
     /// Data files a gate saw deleted (distinct keys).
     pub files_deleted: u64,
     /// Times a consumer stopped reading for a while.
@@ -89,7 +107,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -119,6 +137,16 @@ impl fmt::Display for SimReport {
             self.delete_records,
             self.log_start_advance,
             self.files_deleted,
+            self.log_slots_collected,
+            self.live_log_slots,
+            self.held_slot_puts,
+            self.held_puts_collected,
+            self.stalled_recoveries,
+            self.stalled_recoveries_collected,
+            self.quiet_producers,
+            self.lost_producer_state,
+            self.epoch_bumps,
+            self.given_up,
             self.slow_logs,
             self.put_lags,
             self.overtaken_reads,

@@ -1,0 +1,137 @@
+//! Everything a seed chooses about the deployment: buckets, latencies, client mix, produce and
+//! log settings, and the per-step fault probabilities.
+
+use std::time::Duration;
+
+use weir_produce::ProduceSettings;
+use weir_storage::OpLatency;
+
+use super::retention::GcScenario;
+use super::sweep;
+use crate::client::Kind;
+
+/// Everything the seed chose about the deployment.
+#[derive(Debug, Clone)]
+pub(super) struct Scenario {
+    pub(super) buckets: usize,
+    pub(super) quorum: usize,
+    pub(super) partitions: i32,
+    pub(super) error_rate: f64,
+    /// PUTs that land but report a timeout.
+    pub(super) ambiguous_rate: f64,
+    /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing (drawn
+    /// from its own generator, like `p_overlap`).
+    pub(super) create_conflict_rate: f64,
+    pub(super) put: OpLatency,
+    pub(super) get: OpLatency,
+    pub(super) produce: ProduceSettings,
+    pub(super) log_inflight: usize,
+    pub(super) snapshot_every: u64,
+    pub(super) kinds: Vec<Kind>,
+    /// Per-step fault probabilities.
+    pub(super) p_crash: f64,
+    pub(super) p_takeover: f64,
+    pub(super) p_outage: f64,
+    pub(super) p_slow: f64,
+    pub(super) p_log_outage: f64,
+    /// Per-step probability of two overlapping recoveries (drawn from its own generator, so
+    /// the other faults of a seed stay where they were before this fault existed).
+    pub(super) p_overlap: f64,
+    /// Per-step probabilities of a held slot PUT and of a stalled recovery (see `loggc`).
+    pub(super) p_held_put: f64,
+    pub(super) p_stalled_recovery: f64,
+    pub(super) p_send: f64,
+    /// Retention, DeleteRecords, the deleter and the fetch plan TTL (drawn from their own
+    /// generator).
+    pub(super) gc: GcScenario,
+    /// The orphan sweep (its own generator, as `gc`).
+    pub(super) sweep: sweep::SweepScenario,
+    /// Producer expiry and quiet producers (its own generator, as `gc`).
+    pub(super) expiry: super::expiry::ExpiryScenario,
+}
+
+impl Scenario {
+    pub(super) fn pick(rng: &mut fastrand::Rng) -> Scenario {
+        let (buckets, quorum) = [(1, 1), (3, 2), (3, 2), (2, 2)][rng.usize(..4)];
+        let put_p50 = rng.u64(2..=12);
+        let clients = rng.usize(2..=4);
+        let kinds = (0..clients)
+            .map(|i| {
+                if i == 0 || rng.f64() < 0.6 {
+                    Kind::Idempotent
+                } else {
+                    Kind::Plain
+                }
+            })
+            .collect();
+        let calm = rng.f64() < 0.25;
+        let scale = if calm { 0.0 } else { 1.0 };
+        Scenario {
+            buckets,
+            quorum,
+            partitions: rng.i32(1..=4),
+            error_rate: [0.0, 0.0, 0.01, 0.05][rng.usize(..4)],
+            ambiguous_rate: [0.0, 0.01, 0.03][rng.usize(..3)],
+            create_conflict_rate: 0.0,
+            put: OpLatency::millis(put_p50, put_p50 * rng.u64(2..=6)),
+            get: OpLatency::millis(1 + put_p50 / 3, put_p50 * 2),
+            produce: ProduceSettings {
+                flush_interval: Duration::from_millis(rng.u64(1..=20)),
+                max_file_bytes: [300, 2_000, 64 * 1024][rng.usize(..3)],
+                max_inflight_uploads: rng.usize(1..=8),
+                upload_attempts: rng.u32(1..=3),
+                queue_depth: 1024,
+            },
+            log_inflight: rng.usize(1..=4),
+            snapshot_every: rng.u64(3..=40),
+            kinds,
+            p_crash: 0.004 * scale,
+            p_takeover: 0.008 * scale,
+            p_outage: 0.006 * scale,
+            p_slow: 0.006 * scale,
+            p_log_outage: 0.003 * scale,
+            p_overlap: 0.002 * scale,
+            p_held_put: 0.008 * scale,
+            p_stalled_recovery: 0.006 * scale,
+            p_send: 0.3 + rng.f64() * 0.6,
+            gc: GcScenario::default(),
+            sweep: sweep::SweepScenario::default(),
+            expiry: super::expiry::ExpiryScenario::default(),
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        let idempotent = self
+            .kinds
+            .iter()
+            .filter(|k| **k == Kind::Idempotent)
+            .count();
+        format!(
+            "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
+             errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
+             snapshot every {} slots{}; {}; {}; {}",
+            self.buckets,
+            self.quorum,
+            self.partitions,
+            idempotent,
+            self.kinds.len() - idempotent,
+            self.put.p50,
+            self.error_rate * 100.0,
+            self.ambiguous_rate * 100.0,
+            self.create_conflict_rate * 100.0,
+            self.produce.max_file_bytes,
+            self.produce.flush_interval,
+            self.produce.max_inflight_uploads,
+            self.log_inflight,
+            self.snapshot_every,
+            if self.p_crash == 0.0 {
+                ", no process faults"
+            } else {
+                ""
+            },
+            self.gc.describe(),
+            self.sweep.describe(),
+            self.expiry.describe(),
+        )
+    }
+}
