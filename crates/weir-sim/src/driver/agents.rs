@@ -42,6 +42,9 @@ impl World {
             write_attempts: 2,
             address: format!("sim-agent-{number}"),
             encode_snapshots_inline: true,
+            // Snapshots of tens of KiB in chunks of 1–16 KiB, so they span several chunks and log
+            // GC collects chunks too. Derived, not drawn, to keep each seed's schedule.
+            snapshot_chunk_bytes: 1024 << (self.scenario.snapshot_every % 5),
             ..ControlPlaneSettings::default()
         };
         let seed = self.rng.u64(..);

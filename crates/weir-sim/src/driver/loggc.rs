@@ -11,7 +11,7 @@ const LOG_BOUND_SLACK: u64 = 8;
 
 impl World {
     /// The liveness of the bound, after healing: once the serving writer writes (new producers
-    /// connecting, one per step, at most three snapshot intervals of them), its next snapshot's
+    /// connecting, one per step, at most eight snapshot intervals of them), its next snapshot's
     /// GC brings the live log down to ≤ 2 snapshot intervals of slots besides fence slots. (A
     /// writer killed during its GC leaves what it had not deleted to the next snapshot's GC,
     /// so the bound is checked only once some writer has written.) Also counts, for the
@@ -19,7 +19,9 @@ impl World {
     pub(super) async fn check_log_bound(&mut self) {
         let bound = 2 * self.scenario.snapshot_every + LOG_BOUND_SLACK;
         let mut step = self.step + 1;
-        let mut rounds = 3 * self.scenario.snapshot_every + LOG_BOUND_SLACK;
+        // A snapshot that spans many chunks takes hundreds of steps to write and read back (one
+        // at a time), during which triggers are skipped: allow several of them.
+        let mut rounds = 8 * self.scenario.snapshot_every + LOG_BOUND_SLACK;
         let (mut others, mut fences) = self.live_log_slots().await;
         while others > bound && rounds > 0 {
             rounds -= 1;
