@@ -109,13 +109,6 @@ fn exec_bench(args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     )
 }
 
-/// mimalloc instead of glibc's malloc: the agent's allocations come from many threads (tokio
-/// workers and the blocking pool doing file I/O), and glibc's per-thread arenas kept the agent's
-/// RSS growing under a steady load long after its data structures stopped growing (benchmarks
-/// §10). mimalloc returns freed pages to the OS and keeps RSS near what is live.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::Bench { args } = cli.command {
