@@ -8,8 +8,10 @@ export CARGO_TARGET_DIR
 SEEDS ?= 200
 START ?= 40
 
+# MALLOC_ARENA_MAX=2: glibc's per-thread arenas otherwise keep freed memory, and the agent's RSS
+# grows long after its live heap has levelled off (docs/benchmarks.md §10, docs/operations.md).
 run:
-	cargo run --release -p weir -- agent
+	MALLOC_ARENA_MAX=$${MALLOC_ARENA_MAX:-2} cargo run --release -p weir -- agent
 
 build:
 	cargo build -p weir
