@@ -167,6 +167,8 @@ def main() -> int:
     env = dict(os.environ)
     env.update({
         "RUST_LOG": "info",
+        # As `make run` and docs/operations.md: glibc keeps freed memory in per-thread arenas.
+        "MALLOC_ARENA_MAX": env.get("MALLOC_ARENA_MAX", "2"),
         "WEIR_RETENTION_CHECK_INTERVAL": "10s",
         "WEIR_GC_GRACE": "1m",
         "WEIR_GC_FETCH_PLAN_TTL": "20s",
