@@ -97,19 +97,7 @@ fn retained_start(partition: &PartitionState, cutoff: Option<i64>, bytes: i64) -
         start_of(index.first_reaching(0, cutoff).unwrap_or(index.len()))
     });
     let by_size = if bytes >= 0 {
-        // The first position whose batches after it hold fewer than `bytes`: every batch before
-        // it can go while what stays is at least `bytes`.
-        let len = index.len();
-        let (mut low, mut high) = (0, len);
-        while low < high {
-            let mid = low + (high - low) / 2;
-            if index.bytes_between(mid + 1, len) >= bytes as u64 {
-                low = mid + 1;
-            } else {
-                high = mid;
-            }
-        }
-        start_of(low)
+        start_of(index.first_keeping(bytes as u64))
     } else {
         partition.log_start_offset
     };

@@ -26,10 +26,7 @@ pub(crate) struct LogArchive {
 impl LogArchive {
     /// Notes a PUT of `key` that landed in the metadata bucket (other keys are ignored).
     pub(crate) fn landed(&self, key: &Path, bytes: Bytes, create_only: bool) {
-        if !key.prefix_matches(&keys::meta_log_prefix()) {
-            return;
-        }
-        let Some(seq) = keys::parse_seq_key(key) else {
+        let Some(seq) = keys::parse_meta_log(key) else {
             return;
         };
         let mut slots = self.lock();

@@ -65,10 +65,10 @@ impl HoldSwitch {
 
     /// Takes the PUT of `location` if armed and it is a create-only log slot write.
     fn take(&self, location: &Path, mode: &PutMode) -> bool {
-        if !matches!(mode, PutMode::Create) || !location.prefix_matches(&keys::meta_log_prefix()) {
+        if !matches!(mode, PutMode::Create) {
             return false;
         }
-        let Some(seq) = keys::parse_seq_key(location) else {
+        let Some(seq) = keys::parse_meta_log(location) else {
             return false;
         };
         if !self.armed.swap(false, Ordering::SeqCst) {

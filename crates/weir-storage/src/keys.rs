@@ -140,6 +140,14 @@ pub fn meta_log_prefix() -> Path {
     Path::from_iter(["meta", "log"])
 }
 
+/// The slot of a metadata-log key `meta/log/{seq:020}`, if `path` is one.
+pub fn parse_meta_log(path: &Path) -> Option<u64> {
+    if !path.prefix_matches(&meta_log_prefix()) {
+        return None;
+    }
+    parse_seq_key(path)
+}
+
 /// Prefix of metadata snapshots: `meta/snapshot`.
 pub fn meta_snapshot_prefix() -> Path {
     Path::from_iter(["meta", "snapshot"])
@@ -203,6 +211,13 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_keys_parse_meta_log_only_reads_log_slots() {
+        assert_eq!(parse_meta_log(&meta_log(7)), Some(7));
+        assert_eq!(parse_meta_log(&meta_snapshot(7)), None);
+        assert_eq!(parse_meta_log(&meta_epoch(7)), None);
+    }
 
     #[test]
     fn test_keys_data_file_round_trips() {

@@ -39,12 +39,10 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn starting_after(bytes_before: u64, capacity: usize) -> Self {
+    fn starting_after(bytes_before: u64) -> Self {
         Self {
-            entries: Vec::with_capacity(capacity),
-            running_max: Vec::with_capacity(capacity),
-            bytes_through: Vec::with_capacity(capacity),
             bytes_before,
+            ..Self::default()
         }
     }
 
@@ -140,13 +138,9 @@ impl ChunkedIndex {
     pub fn push(&mut self, entry: IndexEntry) {
         let chunk_entries = self.chunk_entries;
         let tail = Arc::make_mut(&mut self.tail);
-        if tail.entries.capacity() == 0 {
-            let wanted = chunk_entries.min(64);
-            tail.entries.reserve_exact(wanted);
-        }
         tail.push(entry);
         if tail.len() == chunk_entries {
-            let next = Chunk::starting_after(tail.bytes_after(), 0);
+            let next = Chunk::starting_after(tail.bytes_after());
             let full = std::mem::replace(&mut self.tail, Arc::new(next));
             self.full.push(full);
         }
@@ -166,7 +160,7 @@ impl ChunkedIndex {
         if self.full.is_empty() && self.skip == self.tail.len() && self.skip > 0 {
             // Everything is gone: start the tail afresh (its byte count goes on).
             let bytes = self.tail.bytes_after();
-            self.tail = Arc::new(Chunk::starting_after(bytes, 0));
+            self.tail = Arc::new(Chunk::starting_after(bytes));
             self.skip = 0;
         }
     }
@@ -212,10 +206,22 @@ impl ChunkedIndex {
     /// The number of entries for which `pred` holds, when it holds for a prefix of the index
     /// (like `slice::partition_point`): a binary search.
     pub fn partition_point(&self, mut pred: impl FnMut(&IndexEntry) -> bool) -> usize {
+        self.positions_where(|position| pred(&self[position]))
+    }
+
+    /// The first position whose entries after it hold fewer than `bytes`: every entry before it
+    /// can go while what stays is still at least `bytes` (retention by size).
+    pub fn first_keeping(&self, bytes: u64) -> usize {
+        let len = self.len();
+        self.positions_where(|position| self.bytes_between(position + 1, len) >= bytes)
+    }
+
+    /// How many positions `pred` holds for, when it holds for a prefix of them: a binary search.
+    fn positions_where(&self, mut pred: impl FnMut(usize) -> bool) -> usize {
         let (mut low, mut high) = (0, self.len());
         while low < high {
             let mid = low + (high - low) / 2;
-            if pred(&self[mid]) {
+            if pred(mid) {
                 low = mid + 1;
             } else {
                 high = mid;

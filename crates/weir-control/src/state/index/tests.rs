@@ -81,6 +81,22 @@ fn check_against(index: &ChunkedIndex, model: &[IndexEntry], from: usize, target
         (position, max)
     });
     assert_eq!(index.max_timestamp_between(from, to), expected);
+    let keep = target.unsigned_abs() * 10;
+    let first_keeping = (0..=model.len())
+        .find(|&p| {
+            model
+                .iter()
+                .skip(p + 1)
+                .map(|e| u64::from(e.len))
+                .sum::<u64>()
+                < keep
+        })
+        .unwrap_or(model.len());
+    assert_eq!(
+        index.first_keeping(keep),
+        first_keeping,
+        "first_keeping({keep})"
+    );
     let cut = model.first().map_or(0, |e| e.base_offset) + (from as i64);
     assert_eq!(
         index.partition_point(|e| e.base_offset < cut),
