@@ -48,6 +48,26 @@ pub enum StorageError {
     /// A configuration value (URL, profile, quorum, holder index…) is invalid.
     #[error("invalid storage config: {0}")]
     InvalidConfig(String),
+
+    /// An appendable object refused a writer: another writer took it over, it was finalized, or
+    /// the write offset no longer matches its size. The writer must stop; it never succeeds by
+    /// retrying.
+    #[error("appendable object {path}: writer fenced: {reason}")]
+    Fenced {
+        /// The object's key.
+        path: String,
+        /// What the backend saw (generation, offsets, finalized).
+        reason: String,
+    },
+
+    /// An appendable object reached a per-object limit (size, append count or age).
+    #[error("appendable object {path} is full: {reason}")]
+    ObjectFull {
+        /// The object's key.
+        path: String,
+        /// Which limit.
+        reason: String,
+    },
 }
 
 impl StorageError {
@@ -83,7 +103,9 @@ impl StorageError {
             StorageError::UnsupportedScheme(_)
             | StorageError::InvalidConfig(_)
             | StorageError::MissingCapability { .. }
-            | StorageError::BucketMismatch(_) => false,
+            | StorageError::BucketMismatch(_)
+            | StorageError::Fenced { .. }
+            | StorageError::ObjectFull { .. } => false,
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Object storage for Weir (DESIGN §4).
 //!
+//! - [`append`] — appendable objects (GCS Rapid, S3 Express append): the trait, the in-memory
+//!   double and the conformance suite.
 //! - [`keys`] — the object key layout, the only place keys are built.
 //! - [`url`] — open a store by URL (`memory://`, `file://` with fsync on).
 //! - [`model`] — latency and fault model wrapper with named cloud profiles.
@@ -14,6 +16,7 @@
 //! - [`identity`] — stable bucket ids, checked against the holders the log names.
 //! - [`error`] — [`StorageError`].
 
+pub mod append;
 pub mod cache;
 pub mod error;
 pub mod hold;
