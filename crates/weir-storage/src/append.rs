@@ -39,6 +39,7 @@ use crate::StorageError;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod ingest;
 pub mod memory;
 
 /// How a backend keeps a replaced writer from appending.

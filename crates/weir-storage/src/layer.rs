@@ -722,5 +722,7 @@ impl MultipartUpload for LayerUpload {
     }
 }
 
+mod append;
+
 #[cfg(test)]
 mod tests;

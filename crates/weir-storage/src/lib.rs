@@ -12,6 +12,7 @@
 //!   request counters.
 //! - [`stats`] — request counters and estimated cost per bucket (price tables).
 //! - [`hold`] — keeps a bucket whose identity is unchecked out of use.
+//! - [`pool`] — the WriterPool: ready appendable objects made in the background.
 //! - [`probe`] — startup checks of what a bucket must support (create-only writes, CAS).
 //! - [`identity`] — stable bucket ids, checked against the holders the log names.
 //! - [`error`] — [`StorageError`].
@@ -24,6 +25,7 @@ pub mod identity;
 pub mod keys;
 pub mod layer;
 pub mod model;
+pub mod pool;
 pub mod probe;
 pub mod quorum;
 pub mod stats;
@@ -32,7 +34,9 @@ pub mod url;
 pub use cache::{entry_overhead, CacheStats, ReadCache};
 pub use error::StorageError;
 pub use layer::{LayerPolicy, LayerStore, DEFAULT_REQUEST_TIMEOUT};
-pub use model::{maybe_wrap, LatencyProfile, ModelStore, OpLatency, PutPhases, PROFILE_NAMES};
+pub use model::{
+    maybe_wrap, AppendCosts, LatencyProfile, ModelStore, OpLatency, PutPhases, PROFILE_NAMES,
+};
 pub use quorum::{LagStats, QuorumWriter, DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET};
 pub use stats::{BucketSnapshot, BucketStats, Outcome, PriceTable, RequestClass, StorageStats};
 pub use url::{local_store, open_store, BucketUrl};

@@ -27,6 +27,8 @@ use object_store::{
 
 use crate::StorageError;
 
+mod append;
+
 /// z-score of the 99th percentile of the standard normal distribution.
 const Z_P99: f64 = 2.326;
 
@@ -107,6 +109,20 @@ pub struct PutPhases {
     pub finalize: OpLatency,
 }
 
+/// Costs of the appendable-object API ([`crate::append`]), kept apart so the pooled path pays
+/// only `append_flush` on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AppendCosts {
+    /// Creating an unfinalized object and making it usable (its first, empty flush).
+    pub create: OpLatency,
+    /// One append and flush into an open object, excluding the bandwidth term.
+    pub append_flush: OpLatency,
+    /// Finalizing an object.
+    pub finalize: OpLatency,
+    /// Taking an object over (learning its size and fencing the previous writer).
+    pub takeover: OpLatency,
+}
+
 /// A named latency/fault profile of an object storage backend.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyProfile {
@@ -117,6 +133,9 @@ pub struct LatencyProfile {
     /// When set, a whole-object PUT costs `create + append_flush + finalize` instead of `put`,
     /// and multipart uploads map to create / append+flush per part / finalize on complete.
     pub put_phases: Option<PutPhases>,
+    /// Costs of the appendable-object API; `None` on backends without one (appends to the
+    /// in-memory double then cost a PUT each and takeovers a GET).
+    pub append: Option<AppendCosts>,
     /// GET and HEAD, to first byte.
     pub get: OpLatency,
     /// LIST (per call).
@@ -138,6 +157,7 @@ impl LatencyProfile {
             name: "local".to_string(),
             put: OpLatency::ZERO,
             put_phases: None,
+            append: None,
             get: OpLatency::ZERO,
             list: OpLatency::ZERO,
             delete: OpLatency::ZERO,
@@ -158,6 +178,7 @@ impl LatencyProfile {
                 // Assumption: commonly reported small-object S3 PUT latency ~30–60 ms, long tail.
                 put: OpLatency::millis(45, 150),
                 put_phases: None,
+                append: None,
                 // AWS S3 performance guide: small-object first-byte latency tens of ms, p99 ~100 ms.
                 get: OpLatency::millis(25, 90),
                 // Assumption: LIST is a metadata read like GET, slightly slower.
@@ -173,6 +194,17 @@ impl LatencyProfile {
                 // AWS: S3 Express One Zone offers "single-digit millisecond" PUT latency.
                 put: OpLatency::millis(6, 15),
                 put_phases: None,
+                append: Some(AppendCosts {
+                    // Creating an appendable object is a zero-byte PUT.
+                    create: OpLatency::millis(6, 15),
+                    // AWS: appends are PutObject requests with a write offset; assumption: they
+                    // cost what a PUT of the same size costs.
+                    append_flush: OpLatency::millis(6, 15),
+                    // S3 Express has no finalize: an object is complete after every append.
+                    finalize: OpLatency::ZERO,
+                    // A takeover is a HEAD for the size (the write offset fences).
+                    takeover: OpLatency::millis(3, 8),
+                }),
                 // AWS: single-digit ms first byte; reads are cheaper than writes.
                 get: OpLatency::millis(3, 8),
                 // Assumption: LIST/DELETE about like GET.
@@ -187,6 +219,7 @@ impl LatencyProfile {
                 // Seed 000 (WarpStream): create+write+close of a few hundred KiB took 80–100 ms.
                 put: OpLatency::millis(80, 200),
                 put_phases: None,
+                append: None,
                 // Assumption: regional GCS first-byte latency a few tens of ms.
                 get: OpLatency::millis(35, 120),
                 // Assumption: LIST/DELETE about like GET.
@@ -210,6 +243,14 @@ impl LatencyProfile {
                     // Seed 000: finalize is the second metadata op, same cost as create.
                     finalize: OpLatency::millis(45, 90),
                 }),
+                append: Some(AppendCosts {
+                    create: OpLatency::millis(45, 90),
+                    append_flush: OpLatency::micros(2_000, 5_000),
+                    finalize: OpLatency::millis(45, 90),
+                    // Assumption: reopening an object at its generation is a metadata operation
+                    // like create.
+                    takeover: OpLatency::millis(45, 90),
+                }),
                 // Assumption: zonal Rapid reads are low single-digit ms.
                 get: OpLatency::millis(2, 6),
                 // Assumption: LIST/DELETE about like GET.
@@ -224,6 +265,7 @@ impl LatencyProfile {
                 // Assumption: Azure premium block blob (SSD) small writes ~single-digit ms.
                 put: OpLatency::millis(8, 25),
                 put_phases: None,
+                append: None,
                 // Assumption: premium reads a few ms.
                 get: OpLatency::millis(5, 15),
                 // Assumption: LIST/DELETE about like GET.
@@ -250,6 +292,7 @@ impl LatencyProfile {
             name: name.to_string(),
             put: fixed,
             put_phases: None,
+            append: None,
             get: fixed,
             list: fixed,
             delete: fixed,
@@ -269,8 +312,15 @@ impl LatencyProfile {
         let phases_zero = self
             .put_phases
             .is_none_or(|p| p.create.is_zero() && p.append_flush.is_zero() && p.finalize.is_zero());
+        let append_zero = self.append.is_none_or(|a| {
+            a.create.is_zero()
+                && a.append_flush.is_zero()
+                && a.finalize.is_zero()
+                && a.takeover.is_zero()
+        });
         self.put.is_zero()
             && phases_zero
+            && append_zero
             && self.get.is_zero()
             && self.list.is_zero()
             && self.delete.is_zero()
@@ -297,6 +347,14 @@ impl LatencyProfile {
                 ("create", p.create),
                 ("append_flush", p.append_flush),
                 ("finalize", p.finalize),
+            ]);
+        }
+        if let Some(a) = self.append {
+            ops.extend([
+                ("append.create", a.create),
+                ("append.append_flush", a.append_flush),
+                ("append.finalize", a.finalize),
+                ("append.takeover", a.takeover),
             ]);
         }
         for (op, l) in ops {
@@ -342,6 +400,14 @@ enum Op {
     Get,
     List,
     Delete,
+    /// Appendable API: create an object.
+    AppendCreate,
+    /// Appendable API: one append + flush.
+    Append,
+    /// Appendable API: finalize.
+    AppendFinalize,
+    /// Appendable API: take an object over.
+    Takeover,
 }
 
 /// State shared between the store and the streams/uploads it hands out.
@@ -375,12 +441,24 @@ impl Model {
             (Op::Get, _) => p.get.sample(&mut rng),
             (Op::List, _) => p.list.sample(&mut rng),
             (Op::Delete, _) => p.delete.sample(&mut rng),
+            (Op::AppendCreate, _) => p.append.map_or(p.put, |a| a.create).sample(&mut rng),
+            (Op::Append, _) => p.append.map_or(p.put, |a| a.append_flush).sample(&mut rng),
+            (Op::AppendFinalize, _) => p
+                .append
+                .map_or(OpLatency::ZERO, |a| a.finalize)
+                .sample(&mut rng),
+            (Op::Takeover, _) => p.append.map_or(p.get, |a| a.takeover).sample(&mut rng),
         };
         if p.bandwidth_bytes_per_sec > 0 && bytes > 0 {
             delay += Duration::from_secs_f64(bytes as f64 / p.bandwidth_bytes_per_sec as f64);
         }
         let fail = p.error_rate > 0.0 && rng.f64() < p.error_rate;
         (delay, fail)
+    }
+
+    /// A fair coin from the model's RNG (which way an injected append failure goes).
+    fn coin(&self) -> bool {
+        self.rng.lock().unwrap_or_else(|e| e.into_inner()).bool()
     }
 
     /// Sleeps for the sampled latency, then reports an injected failure if any.

@@ -18,6 +18,7 @@
 //!
 //! Not yet: hedging slow writes, and reporting background completions to the caller.
 
+use std::future::Future;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,6 +30,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
 use tokio::task::AbortHandle;
 
+use crate::append::AppendWriter;
 use crate::StorageError;
 
 /// Default budget of payload bytes in background writes per bucket (64 MiB).
@@ -131,17 +133,100 @@ impl QuorumWriter {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<Vec<usize>, StorageError> {
+        let writes = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, bucket)| {
+                let bucket = Arc::clone(bucket);
+                let path = path.clone();
+                let payload = payload.clone();
+                let opts = opts.clone();
+                Ok(async move {
+                    let result = bucket.put_opts(&path, payload, opts).await;
+                    if let Err(e) = &result {
+                        tracing::debug!(bucket = i, %path, error = %e, "quorum put to bucket failed");
+                    }
+                    result.map(|_| ()).map_err(StorageError::from)
+                })
+            })
+            .collect();
+        self.run_quorum(payload.content_length() as u64, writes)
+            .await
+    }
+
+    /// Writes `parts` into the open appendable objects `writers` (one per bucket, `None` where
+    /// the object could not be created) and flushes them; returns the holders once `quorum`
+    /// flushes succeeded, exactly like [`Self::put_opts`] (the same background budget). Each
+    /// writer is closed in the background after its flush, without finalizing: an unfinalized
+    /// object reads like any other, and finalizing is a metadata operation nobody waits for.
+    pub async fn append_flush(
+        &self,
+        path: &Path,
+        writers: Vec<Option<Box<dyn AppendWriter>>>,
+        parts: &[Bytes],
+    ) -> Result<Vec<usize>, StorageError> {
+        let bytes = parts.iter().map(|p| p.len() as u64).sum();
+        let writes = writers
+            .into_iter()
+            .enumerate()
+            .map(|(i, writer)| {
+                let Some(mut writer) = writer else {
+                    return Err(StorageError::from(object_store::Error::NotFound {
+                        path: path.to_string(),
+                        source: format!("bucket {i} has no open object for this file").into(),
+                    }));
+                };
+                let parts = parts.to_vec();
+                let path = path.clone();
+                Ok(async move {
+                    let result = append_all(writer.as_mut(), parts).await;
+                    match &result {
+                        Ok(_) => {
+                            tokio::spawn(async move {
+                                if let Err(e) = writer.close().await {
+                                    tracing::debug!(bucket = i, %path, error = %e, "closing a written object failed");
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            tracing::debug!(bucket = i, %path, error = %e, "quorum append to bucket failed");
+                        }
+                    }
+                    result.map(|_| ())
+                })
+            })
+            .collect();
+        self.run_quorum(bytes, writes).await
+    }
+
+    /// Runs one write per bucket (an `Err` is a write that failed before it started) as tasks,
+    /// returns the sorted holders once `quorum` succeeded or [`StorageError::QuorumFailed`] once
+    /// a quorum is impossible; writes still running are then charged to their bucket's budget
+    /// of `bytes` or abandoned.
+    async fn run_quorum<F>(
+        &self,
+        bytes: u64,
+        writes: Vec<Result<F, StorageError>>,
+    ) -> Result<Vec<usize>, StorageError>
+    where
+        F: Future<Output = Result<(), StorageError>> + Send + 'static,
+    {
         let mut in_flight = InFlight {
             writer: self,
-            bytes: payload.content_length() as u64,
+            bytes,
             writes: Vec::with_capacity(self.buckets.len()),
         };
         let mut pending = FuturesUnordered::new();
-        for (i, bucket) in self.buckets.iter().enumerate() {
-            let bucket = Arc::clone(bucket);
-            let path = path.clone();
-            let payload = payload.clone();
-            let opts = opts.clone();
+        let mut early = Vec::new();
+        for (i, write) in writes.into_iter().enumerate() {
+            let write = match write {
+                Ok(write) => write,
+                Err(e) => {
+                    early.push(e);
+                    continue;
+                }
+            };
             let slot = Arc::new(Mutex::new(Slot::Running));
             let guard = SlotGuard {
                 slot: Arc::clone(&slot),
@@ -150,22 +235,24 @@ impl QuorumWriter {
             let task = tokio::spawn(async move {
                 // Dropped when the write ends or its task is aborted: releases the budget.
                 let _guard = guard;
-                let result = bucket.put_opts(&path, payload, opts).await;
-                if let Err(e) = &result {
-                    tracing::debug!(bucket = i, %path, error = %e, "quorum put to bucket failed");
-                }
-                result
+                write.await
             });
-            in_flight.writes.push((slot, task.abort_handle()));
+            in_flight.writes.push((i, slot, task.abort_handle()));
             pending.push(async move { (i, task.await) });
         }
 
         let n = self.buckets.len();
         let mut succeeded = Vec::with_capacity(self.quorum);
         let mut failed = 0;
+        for error in early {
+            failed += 1;
+            if n - failed < self.quorum {
+                return Err(self.quorum_failed(succeeded.len(), error));
+            }
+        }
         while let Some((i, joined)) = pending.next().await {
             let error = match joined {
-                Ok(Ok(_)) => {
+                Ok(Ok(())) => {
                     succeeded.push(i);
                     if succeeded.len() == self.quorum {
                         // Dropping `pending` detaches the remaining tasks; dropping `in_flight`
@@ -175,19 +262,23 @@ impl QuorumWriter {
                     }
                     continue;
                 }
-                Ok(Err(e)) => StorageError::from(e),
+                Ok(Err(e)) => e,
                 Err(join) => StorageError::from(object_store::Error::from(join)),
             };
             failed += 1;
             if n - failed < self.quorum {
-                return Err(StorageError::QuorumFailed {
-                    needed: self.quorum,
-                    succeeded: succeeded.len(),
-                    last_error: Box::new(error),
-                });
+                return Err(self.quorum_failed(succeeded.len(), error));
             }
         }
         unreachable!("every bucket reports success or failure and one of both thresholds is hit")
+    }
+
+    fn quorum_failed(&self, succeeded: usize, last_error: StorageError) -> StorageError {
+        StorageError::QuorumFailed {
+            needed: self.quorum,
+            succeeded,
+            last_error: Box::new(last_error),
+        }
     }
 
     /// Reads `range` of `path` from the holders in order: the next holder is asked as soon as
@@ -256,6 +347,14 @@ impl QuorumWriter {
     }
 }
 
+/// Appends `parts` at the writer's offset and flushes them.
+async fn append_all(writer: &mut dyn AppendWriter, parts: Vec<Bytes>) -> Result<u64, StorageError> {
+    for part in parts {
+        writer.append(writer.offset(), part).await?;
+    }
+    writer.flush().await
+}
+
 async fn read_one(
     index: usize,
     bucket: &Arc<dyn ObjectStore>,
@@ -300,13 +399,15 @@ impl Drop for SlotGuard {
 struct InFlight<'a> {
     writer: &'a QuorumWriter,
     bytes: u64,
-    writes: Vec<(Arc<Mutex<Slot>>, AbortHandle)>,
+    /// Per started write: its bucket, budget slot and task.
+    writes: Vec<(usize, Arc<Mutex<Slot>>, AbortHandle)>,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let max = self.writer.max_lagging_bytes;
-        for (i, (slot, task)) in self.writes.iter().enumerate() {
+        for (i, slot, task) in &self.writes {
+            let i = *i;
             let lag = &self.writer.lag[i];
             // Holding the slot lock, the task cannot finish (and release) in between.
             let mut state = lock(slot);
