@@ -13,11 +13,11 @@ use tracing::debug;
 use weir_common::{Clock, FileId, TopicId};
 use weir_control::{BatchCommit, FileCommit};
 use weir_format::{BatchMeta, FileBuilder};
-use weir_storage::{keys, QuorumWriter, ReadCache};
+use weir_storage::ReadCache;
 
 use crate::committer::UploadedFile;
 use crate::pipeline::{ProduceSettings, QueuedTicket, TicketOutcome};
-use crate::uploader;
+use crate::uploader::{self, Destination};
 
 type SectionKey = (TopicId, i32);
 
@@ -36,7 +36,7 @@ struct OpenFile {
 
 pub(crate) struct Batcher {
     settings: ProduceSettings,
-    writer: Arc<QuorumWriter>,
+    destination: Arc<Destination>,
     cache: Arc<ReadCache>,
     clock: Arc<dyn Clock>,
     rng: fastrand::Rng,
@@ -48,7 +48,7 @@ pub(crate) struct Batcher {
 impl Batcher {
     pub(crate) fn new(
         settings: ProduceSettings,
-        writer: Arc<QuorumWriter>,
+        destination: Destination,
         cache: Arc<ReadCache>,
         clock: Arc<dyn Clock>,
         seed: u64,
@@ -58,7 +58,7 @@ impl Batcher {
         let permits = Arc::new(Semaphore::new(settings.max_inflight_uploads.max(1)));
         Self {
             settings,
-            writer,
+            destination: Arc::new(destination),
             cache,
             clock,
             rng: fastrand::Rng::with_seed(seed),
@@ -106,8 +106,8 @@ impl Batcher {
             return;
         };
         let seq = self.sealed_count.fetch_add(1, Ordering::SeqCst) + 1;
+        // The id on the PUT path; a pooled item brings its own.
         let file_id = FileId::new(self.clock.now_ms(), &mut self.rng);
-        let key = keys::data_file(keys::Tier::Ingest, &file_id);
         let encoded = file.builder.finish();
         let mut section_starts: HashMap<SectionKey, usize> = HashMap::new();
         let mut batches = Vec::new();
@@ -134,7 +134,12 @@ impl Batcher {
             .into_iter()
             .map(|slot| resolve_placements(slot, &section_starts))
             .collect();
-        debug!(seq, file = %file_id, bytes = encoded.total_len, batches = batches.len(), "sealed file");
+        debug!(
+            seq,
+            bytes = encoded.total_len,
+            batches = batches.len(),
+            "sealed file"
+        );
         let commit = FileCommit {
             // Set by the committer, which owns the commit chain.
             agent: String::new(),
@@ -144,17 +149,18 @@ impl Batcher {
             buckets: Vec::new(),
             batches,
         };
-        let writer = self.writer.clone();
+        let destination = self.destination.clone();
         let cache = self.cache.clone();
         let uploads = self.uploads.clone();
         let attempts = self.settings.upload_attempts;
         tokio::spawn(async move {
-            let result = uploader::upload(&writer, &cache, &key, &encoded, attempts, seq).await;
+            let (file_id, result) =
+                uploader::upload(&destination, &cache, file_id, &encoded, attempts, seq).await;
             drop(permit);
             let _ = uploads.send(UploadedFile {
                 seq,
                 result,
-                commit,
+                commit: FileCommit { file_id, ..commit },
                 tickets,
             });
         });

@@ -20,6 +20,7 @@ pub use pipeline::{
     PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
     ProduceTicket, TicketOutcome,
 };
+pub use uploader::{IngestPool, IngestWrites};
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ use weir_storage::{QuorumWriter, ReadCache};
 
 use crate::batcher::Batcher;
 use crate::committer::Committer;
+use crate::uploader::{Destination, IngestWrites};
 
 /// Produce-path tuning. Each knob trades latency against object-store cost.
 #[derive(Debug, Clone)]
@@ -111,10 +112,31 @@ impl std::fmt::Debug for QueuedTicket {
 }
 
 impl ProducePipeline {
-    /// Starts the batcher, uploader and committer tasks.
+    /// Starts the batcher, uploader and committer tasks, writing files with whole-object PUTs.
     pub fn start(
         settings: ProduceSettings,
         writer: Arc<QuorumWriter>,
+        control: ControlPlane,
+        cache: Arc<ReadCache>,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+    ) -> Self {
+        Self::start_with(
+            settings,
+            writer,
+            IngestWrites::Put,
+            control,
+            cache,
+            clock,
+            seed,
+        )
+    }
+
+    /// Starts the pipeline writing files the way `ingest` says.
+    pub fn start_with(
+        settings: ProduceSettings,
+        writer: Arc<QuorumWriter>,
+        ingest: IngestWrites,
         control: ControlPlane,
         cache: Arc<ReadCache>,
         clock: Arc<dyn Clock>,
@@ -127,7 +149,10 @@ impl ProducePipeline {
         tokio::spawn(committer.run());
         let batcher = Batcher::new(
             settings,
-            writer,
+            Destination {
+                writer,
+                writes: ingest,
+            },
             cache,
             clock,
             seed,

@@ -23,6 +23,8 @@ use crate::{
     ProduceTicket,
 };
 
+mod pooled;
+
 const NO_PRODUCER: (i64, i16, i32) = (-1, -1, -1);
 
 /// One ingest bucket: the raw in-memory store and the model wrapper the writer uses.

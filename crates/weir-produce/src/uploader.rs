@@ -1,25 +1,63 @@
 //! Uploads one sealed file to a quorum of ingest buckets, retrying transient failures, and
 //! writes its batches through to the read cache so fresh data is served without a GET.
+//!
+//! Two ways to write a file ([`IngestWrites`]): a whole-object PUT per bucket under a key chosen
+//! at seal (a retry re-puts the same key), or an append + flush into a pooled item whose key was
+//! chosen when the item was made (a retry takes a fresh item, so a new key: the failed item's
+//! objects are left to the orphan sweep).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::PutPayload;
 use tracing::warn;
-use weir_common::Backoff;
+use weir_common::{Backoff, FileId};
 use weir_format::EncodedFile;
-use weir_storage::{QuorumWriter, ReadCache};
+use weir_storage::append::ingest::IngestLoader;
+use weir_storage::pool::WriterPool;
+use weir_storage::{keys, QuorumWriter, ReadCache, StorageError};
 
-/// Returns the indices of the buckets holding the file, or why the upload failed for good.
+/// The pool of ready ingest objects on appendable buckets.
+pub type IngestPool = WriterPool<IngestLoader>;
+
+/// How sealed files reach the ingest buckets.
+#[derive(Clone, Default)]
+pub enum IngestWrites {
+    /// One whole-object PUT per file and bucket.
+    #[default]
+    Put,
+    /// Append + flush into objects the pool created ahead of need (GCS Rapid, S3 Express).
+    Pool(IngestPool),
+}
+
+impl std::fmt::Debug for IngestWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IngestWrites::Put => f.write_str("Put"),
+            IngestWrites::Pool(pool) => write!(f, "Pool({:?})", pool.settings()),
+        }
+    }
+}
+
+/// Where sealed files go: the ingest buckets and the way they are written.
+pub(crate) struct Destination {
+    pub(crate) writer: Arc<QuorumWriter>,
+    pub(crate) writes: IngestWrites,
+}
+
+/// Uploads `encoded` to `destination` (`put_id` is the file's id on the PUT path). Returns the
+/// id the file was written under and the indices of the buckets holding it, or why the upload
+/// failed for good.
 pub(crate) async fn upload(
-    writer: &QuorumWriter,
+    destination: &Destination,
     cache: &ReadCache,
-    key: &Path,
+    put_id: FileId,
     encoded: &EncodedFile,
     attempts: u32,
     seq: u64,
-) -> Result<Vec<usize>, String> {
+) -> (FileId, Result<Vec<usize>, String>) {
     let mut backoff = Backoff::new(Duration::from_millis(25), Duration::from_secs(1));
     let mut rng = fastrand::Rng::with_seed(seq);
     let mut attempt = 0;
@@ -31,18 +69,18 @@ pub(crate) async fn upload(
         .iter()
         .map(|part| Bytes::copy_from_slice(part))
         .collect();
-    let holders = loop {
+    let (file_id, key, holders) = loop {
         attempt += 1;
-        let payload: PutPayload = parts.iter().cloned().collect();
-        match writer.put(key, payload).await {
-            Ok(holders) => break holders,
+        let (file_id, key, result) = write_once(destination, put_id, &parts).await;
+        match result {
+            Ok(holders) => break (file_id, key, holders),
             Err(err) if attempt < attempts.max(1) && err.is_retryable() => {
                 warn!(seq, %key, attempt, error = %err, "file upload failed, retrying");
                 tokio::time::sleep(backoff.next_delay(&mut rng)).await;
             }
             Err(err) => {
                 warn!(seq, %key, attempt, error = %err, "file upload failed for good");
-                return Err(err.to_string());
+                return (file_id, Err(err.to_string()));
             }
         }
     };
@@ -54,7 +92,34 @@ pub(crate) async fn upload(
         .iter()
         .flat_map(|section| &section.batches);
     for (location, bytes) in locations.zip(batch_parts) {
-        cache.insert_range(key, location.range(), bytes.clone());
+        cache.insert_range(&key, location.range(), bytes.clone());
     }
-    Ok(holders)
+    (file_id, Ok(holders))
+}
+
+/// One attempt: the file's id and key, and the holders or the error.
+async fn write_once(
+    destination: &Destination,
+    put_id: FileId,
+    parts: &[Bytes],
+) -> (FileId, Path, Result<Vec<usize>, StorageError>) {
+    let writer = &destination.writer;
+    match &destination.writes {
+        IngestWrites::Put => {
+            let key = keys::data_file(keys::Tier::Ingest, &put_id);
+            let payload: PutPayload = parts.iter().cloned().collect();
+            let result = writer.put(&key, payload).await;
+            (put_id, key, result)
+        }
+        IngestWrites::Pool(pool) => match pool.take().await {
+            Ok(item) => {
+                let result = writer.append_flush(&item.key, item.writers, parts).await;
+                (item.file_id, item.key, result)
+            }
+            Err(err) => {
+                let key = keys::data_file(keys::Tier::Ingest, &put_id);
+                (put_id, key, Err(err))
+            }
+        },
+    }
 }

@@ -16,6 +16,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
+
+use crate::append::{AppendLimits, AppendWriter, AppendableMeta, AppendableStore, FenceKind};
+use crate::StorageError;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
@@ -185,6 +188,70 @@ impl ObjectStore for HeldStore {
     ) -> object_store::Result<()> {
         self.check()?;
         self.inner.rename_opts(from, to, options).await
+    }
+}
+
+/// The appendable view of a held bucket: creates, takeovers, stats and reads fail while the
+/// hold is engaged (writers made before it was engaged keep working, as requests already sent
+/// to a bucket would).
+#[derive(Debug)]
+struct HeldAppendable {
+    inner: Arc<dyn AppendableStore>,
+    name: String,
+    hold: Hold,
+}
+
+impl HeldStore {
+    /// `inner`, the same bucket's appendable view, under this store's hold.
+    pub fn appendable(&self, inner: Arc<dyn AppendableStore>) -> Arc<dyn AppendableStore> {
+        Arc::new(HeldAppendable {
+            inner,
+            name: self.name.clone(),
+            hold: self.hold.clone(),
+        })
+    }
+}
+
+impl HeldAppendable {
+    fn check(&self) -> Result<(), StorageError> {
+        if self.hold.is_held() {
+            return Err(StorageError::ObjectStore(object_store::Error::Generic {
+                store: "held",
+                source: Box::new(Held(self.name.clone())),
+            }));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AppendableStore for HeldAppendable {
+    fn fence(&self) -> FenceKind {
+        self.inner.fence()
+    }
+
+    fn limits(&self) -> AppendLimits {
+        self.inner.limits()
+    }
+
+    async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
+        self.check()?;
+        self.inner.create(path).await
+    }
+
+    async fn takeover(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
+        self.check()?;
+        self.inner.takeover(path).await
+    }
+
+    async fn stat(&self, path: &Path) -> Result<AppendableMeta, StorageError> {
+        self.check()?;
+        self.inner.stat(path).await
+    }
+
+    async fn read(&self, path: &Path, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.check()?;
+        self.inner.read(path, range).await
     }
 }
 

@@ -8,12 +8,14 @@ use tracing::info;
 use weir_common::{Clock, SystemClock};
 use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
-use weir_produce::{ProducePipeline, ProduceSettings};
+use weir_produce::{IngestWrites, ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
+use weir_storage::append::ingest::IngestLoader;
+use weir_storage::pool::WriterPool;
 use weir_storage::{QuorumWriter, ReadCache};
 
 use crate::buckets::Buckets;
-use crate::config::Config;
+use crate::config::{Config, IngestWriteMode};
 use crate::AgentArgs;
 
 /// Config file, then environment, then flags.
@@ -76,6 +78,13 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     }
     if let Some(url) = &args.metadata_bucket {
         config.storage.metadata_bucket = url.clone();
+    }
+    if let Some(mode) = &args.ingest_writes {
+        config.storage.ingest_writes = match mode.as_str() {
+            "put" => IngestWriteMode::Put,
+            "append" => IngestWriteMode::Append,
+            _ => IngestWriteMode::Auto,
+        };
     }
     config.validate()?;
     if let Some(inflight) = args.max_inflight_per_connection {
@@ -143,7 +152,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             .with_read_hedge_after(config.storage.read_hedge_after),
     );
     let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
-    let produce = ProducePipeline::start(
+    let ingest = ingest_writes(&config, &buckets, clock.clone(), seed)?;
+    let produce = ProducePipeline::start_with(
         ProduceSettings {
             flush_interval: config
                 .produce
@@ -155,6 +165,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             ..ProduceSettings::default()
         },
         writer.clone(),
+        ingest.clone(),
         control.clone(),
         cache.clone(),
         clock.clone(),
@@ -206,7 +217,14 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         "weir agent listening"
     );
     let (stop_tx, stop_rx) = watch::channel(false);
-    let reporting = crate::report::spawn(&config.agent.storage_report, &storage_stats);
+    let report = crate::report::Sources {
+        storage: storage_stats.clone(),
+        pool: match &ingest {
+            IngestWrites::Pool(pool) => Some(pool.clone()),
+            IngestWrites::Put => None,
+        },
+    };
+    let reporting = crate::report::spawn(&config.agent.storage_report, &report);
     let retention = tokio::spawn(weir_control::maintenance::run_maintenance(
         control.clone(),
         config.retention.settings(),
@@ -252,6 +270,19 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = sweeping.await;
     let _ = group_expiry.await;
     control.shutdown().await;
+    if let IngestWrites::Pool(pool) = &ingest {
+        pool.shutdown().await;
+        let stats = pool.stats();
+        info!(
+            hits = stats.hits,
+            misses = stats.misses,
+            created = stats.created,
+            discarded = stats.discarded,
+            load_errors = stats.load_errors,
+            "writer pool: takes served ready (hits) or with a create on the produce path (misses); \
+             many misses: raise storage.pool.target_ready"
+        );
+    }
     if let Some(verifying) = verifying {
         verifying.abort();
     }
@@ -272,10 +303,49 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         // Wait for the periodic writer to be gone, so the final report is the last rename.
         reporting.abort();
         let _ = reporting.await;
-        crate::report::write_final(&config.agent.storage_report, &storage_stats).await;
+        crate::report::write_final(&config.agent.storage_report, &report).await;
     }
     info!("stopped");
     Ok(())
+}
+
+/// How sealed files reach the ingest buckets (`storage.ingest_writes`): appends into pooled
+/// objects when every ingest bucket has appendable objects (and the mode allows), else PUTs.
+fn ingest_writes(
+    config: &Config,
+    buckets: &Buckets,
+    clock: Arc<dyn Clock>,
+    seed: u64,
+) -> anyhow::Result<IngestWrites> {
+    let mode = config.storage.ingest_writes;
+    let appendable = buckets.ingest_appendable();
+    let appendable = match (mode, appendable) {
+        (IngestWriteMode::Put, _) | (IngestWriteMode::Auto, None) => {
+            info!(mode = ?mode, "ingest files are written with one PUT per file and bucket");
+            return Ok(IngestWrites::Put);
+        }
+        (IngestWriteMode::Append, None) => anyhow::bail!(
+            "storage.ingest_writes = \"append\", but not every ingest bucket has appendable \
+             objects (here: memory:// buckets under the gcs-rapid or s3-express profile); use \
+             \"auto\" or \"put\""
+        ),
+        (_, Some(appendable)) => appendable,
+    };
+    let settings = config.storage.pool.settings();
+    let loader = IngestLoader::new(
+        appendable,
+        buckets.ingest_stores(),
+        config.storage.quorum,
+        clock,
+        seed.rotate_left(29) ^ 0x706f_6f6c,
+    )?;
+    info!(
+        target_ready = settings.target_ready,
+        load_concurrency = settings.load_concurrency,
+        max_item_age = ?settings.max_item_age,
+        "ingest files are appended into pooled objects (storage.pool)"
+    );
+    Ok(IngestWrites::Pool(WriterPool::start(loader, settings)))
 }
 
 async fn wait_for_signal() {

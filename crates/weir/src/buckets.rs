@@ -7,15 +7,17 @@ use std::sync::Arc;
 use anyhow::Context;
 use object_store::ObjectStore;
 use tracing::{debug, error, info, warn};
+use weir_storage::append::memory::MemoryAppendable;
+use weir_storage::append::{AppendLimits, AppendableStore, FenceKind};
 use weir_storage::hold::{HeldStore, Hold};
 use weir_storage::identity::{self, HolderCheck};
 use weir_storage::url::{canonical_option, PRICE_OPTION};
 use weir_storage::{
-    maybe_wrap, probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
+    probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
     StorageError, StorageStats,
 };
 
-use crate::config::{Config, StorageConfig};
+use crate::config::{Config, IngestWriteMode, StorageConfig};
 
 /// One opened bucket: its display name (URL without options), the store Weir uses (the layered
 /// store behind its [`Hold`]) and the layered store itself for the identity checks.
@@ -24,17 +26,49 @@ pub(crate) struct Bucket {
     pub(crate) name: String,
     pub(crate) store: Arc<dyn ObjectStore>,
     pub(crate) direct: Arc<dyn ObjectStore>,
+    /// The appendable view (layered and held like `store`) on buckets that have one.
+    pub(crate) appendable: Option<Arc<dyn AppendableStore>>,
     pub(crate) hold: Hold,
 }
 
 impl Bucket {
-    fn new(name: String, layered: Arc<dyn ObjectStore>) -> Bucket {
+    fn new(name: String, layered: impl Into<Stack>) -> Bucket {
+        let layered = layered.into();
         let hold = Hold::released();
+        let held = HeldStore::new(layered.store.clone(), &name, hold.clone());
         Bucket {
-            store: Arc::new(HeldStore::new(layered.clone(), &name, hold.clone())),
-            direct: layered,
+            appendable: layered.appendable.map(|a| held.appendable(a)),
+            store: Arc::new(held),
+            direct: layered.store,
             name,
             hold,
+        }
+    }
+}
+
+/// A bucket's object view and, where the bucket has appendable objects, its appendable view,
+/// wrapped layer by layer together so both see the same model, faults and counters.
+#[derive(Debug)]
+struct Stack {
+    store: Arc<dyn ObjectStore>,
+    appendable: Option<Arc<dyn AppendableStore>>,
+}
+
+impl From<Arc<dyn ObjectStore>> for Stack {
+    fn from(store: Arc<dyn ObjectStore>) -> Stack {
+        Stack {
+            store,
+            appendable: None,
+        }
+    }
+}
+
+impl Stack {
+    /// Both views under `model`.
+    fn modelled(self, model: ModelStore) -> Stack {
+        Stack {
+            appendable: self.appendable.map(|a| model.appendable(a)),
+            store: Arc::new(model),
         }
     }
 }
@@ -69,28 +103,29 @@ impl Buckets {
         for (index, url) in urls.iter().enumerate() {
             let (name, raw, bucket_stats) = open_raw(storage, url, &stats)?;
             let bucket_seed = seed.wrapping_add(index as u64);
-            let store = if storage.down_buckets.contains(&index) {
+            let stack = if storage.down_buckets.contains(&index) {
                 let profile =
                     LatencyProfile::named(&storage.profile).context("unknown storage profile")?;
-                let down = ModelStore::new(raw, profile, bucket_seed)?;
+                let down = ModelStore::new(raw.store.clone(), profile, bucket_seed)?;
                 down.set_outage(true);
                 warn!(bucket = index, %name, "fault test: bucket is down for this run");
-                Arc::new(down)
+                raw.modelled(down)
             } else {
                 with_fault_model(raw, storage, bucket_seed)?
             };
-            let store = if storage.slow_buckets.contains(&index) {
+            let stack = if storage.slow_buckets.contains(&index) {
                 let delay = storage.slow_bucket_delay;
                 warn!(bucket = index, %name, ?delay, "fault test: bucket is slow for this run");
-                Arc::new(ModelStore::new(
-                    store,
+                let slow = ModelStore::new(
+                    stack.store.clone(),
                     LatencyProfile::constant(&format!("slow-bucket-{index}"), delay),
                     bucket_seed,
-                )?)
+                )?;
+                stack.modelled(slow)
             } else {
-                store
+                stack
             };
-            ingest.push(Bucket::new(name, layered(store, storage, bucket_stats)));
+            ingest.push(Bucket::new(name, layered(stack, storage, bucket_stats)));
         }
         let (metadata, separate_metadata) = if storage.metadata_bucket.is_empty() {
             (ingest[0].clone(), false)
@@ -180,6 +215,11 @@ impl Buckets {
             ids,
             names,
         }))
+    }
+
+    /// The ingest buckets' appendable views, in holder order, if every one has one.
+    pub(crate) fn ingest_appendable(&self) -> Option<Vec<Arc<dyn AppendableStore>>> {
+        self.ingest.iter().map(|b| b.appendable.clone()).collect()
     }
 
     /// The ingest buckets' layered stores, in holder order.
@@ -333,7 +373,7 @@ fn open_raw(
     storage: &StorageConfig,
     url: &str,
     stats: &StorageStats,
-) -> anyhow::Result<(String, Arc<dyn ObjectStore>, Arc<BucketStats>)> {
+) -> anyhow::Result<(String, Stack, Arc<BucketStats>)> {
     let parsed = BucketUrl::parse(url)?;
     let name = parsed.display_name();
     // Keys are merged by meaning (`endpoint` = `aws_endpoint`), the bucket's own over the
@@ -370,32 +410,60 @@ fn open_raw(
         .with_context(|| format!("opening bucket {name}"))?;
     let bucket_stats = Arc::new(BucketStats::new(&name, &price_class, prices));
     stats.register(bucket_stats.clone());
-    Ok((name, raw, bucket_stats))
+    Ok((name, stack_of(&parsed, raw, storage), bucket_stats))
 }
 
 /// The outermost wrapper of every bucket: the storage layer (deadlines, retries, counters).
-fn layered(
-    store: Arc<dyn ObjectStore>,
-    storage: &StorageConfig,
-    stats: Arc<BucketStats>,
-) -> Arc<dyn ObjectStore> {
-    Arc::new(LayerStore::new(store, storage.policy(), stats))
+fn layered(stack: Stack, storage: &StorageConfig, stats: Arc<BucketStats>) -> Stack {
+    let layer = LayerStore::new(stack.store, storage.policy(), stats);
+    Stack {
+        appendable: stack.appendable.map(|a| layer.appendable(a)),
+        store: Arc::new(layer),
+    }
 }
 
-/// Wraps `store` in the configured latency profile and error rate (unchanged for `local`
+/// Wraps both views in the configured latency profile and error rate (unchanged for `local`
 /// without errors).
-fn with_fault_model(
-    store: Arc<dyn ObjectStore>,
-    storage: &StorageConfig,
-    seed: u64,
-) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    if storage.error_rate == 0.0 {
-        return Ok(maybe_wrap(store, &storage.profile, seed)?);
-    }
+fn with_fault_model(stack: Stack, storage: &StorageConfig, seed: u64) -> anyhow::Result<Stack> {
     let profile = LatencyProfile::named(&storage.profile)
         .context("unknown storage profile")?
         .with_error_rate(storage.error_rate);
-    Ok(Arc::new(ModelStore::new(store, profile, seed)?))
+    if profile.is_zero() {
+        return Ok(stack);
+    }
+    let model = ModelStore::new(stack.store.clone(), profile, seed)?;
+    Ok(stack.modelled(model))
+}
+
+/// What a `memory://` bucket gets under a zonal profile, unless ingest writes are PUTs: the
+/// appendable double with GCS Rapid's generation fence or S3 Express's write-offset fence, and
+/// that backend's limits.
+fn memory_double(storage: &StorageConfig) -> Option<(FenceKind, AppendLimits)> {
+    if storage.ingest_writes == IngestWriteMode::Put {
+        return None;
+    }
+    match storage.profile.as_str() {
+        "gcs-rapid" => Some((FenceKind::Generation, AppendLimits::GCS_RAPID)),
+        "s3-express" => Some((FenceKind::WriteOffset, AppendLimits::S3_EXPRESS)),
+        _ => None,
+    }
+}
+
+/// The bucket's views: appendable ones for the schemes that have an appendable backend here.
+fn stack_of(parsed: &BucketUrl, raw: Arc<dyn ObjectStore>, storage: &StorageConfig) -> Stack {
+    match memory_double(storage) {
+        Some((fence, limits)) if parsed.scheme == "memory" => {
+            let double = MemoryAppendable::over(raw, fence, limits);
+            Stack {
+                appendable: Some(Arc::new(double.clone())),
+                store: Arc::new(double),
+            }
+        }
+        _ => Stack {
+            store: raw,
+            appendable: None,
+        },
+    }
 }
 
 #[cfg(test)]

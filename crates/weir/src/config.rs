@@ -91,6 +91,42 @@ pub(crate) struct StorageConfig {
     pub(crate) bucket_options: BTreeMap<String, BTreeMap<String, String>>,
     /// Price tables by class name: overrides of the built-in ones, or new classes.
     pub(crate) prices: BTreeMap<String, weir_storage::PriceTable>,
+    /// How sealed files are written to the ingest buckets.
+    pub(crate) ingest_writes: IngestWriteMode,
+    /// The WriterPool of the appendable path.
+    pub(crate) pool: PoolConfig,
+}
+
+/// `storage.ingest_writes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum IngestWriteMode {
+    /// Append into pooled objects when every ingest bucket can, else PUT.
+    Auto,
+    /// One whole-object PUT per file and bucket.
+    Put,
+    /// Append into pooled objects; refuse to start when a bucket cannot.
+    Append,
+}
+
+/// `[storage.pool]`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PoolConfig {
+    pub(crate) target_ready: usize,
+    pub(crate) load_concurrency: usize,
+    #[serde(with = "humantime_serde")]
+    pub(crate) max_item_age: Duration,
+}
+
+impl PoolConfig {
+    pub(crate) fn settings(&self) -> weir_storage::pool::PoolSettings {
+        weir_storage::pool::PoolSettings {
+            target_ready: self.target_ready,
+            load_concurrency: self.load_concurrency,
+            max_item_age: self.max_item_age,
+        }
+    }
 }
 
 impl StorageConfig {
@@ -397,6 +433,11 @@ impl Config {
                  be positive"
             );
         }
+        self.storage
+            .pool
+            .settings()
+            .validate(self.gc.orphan_age)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         if self.retention.default_ms < -1 || self.retention.default_bytes < -1 {
             bail!("retention.default_ms and retention.default_bytes must be -1 (forever) or more");
         }

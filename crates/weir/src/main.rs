@@ -88,6 +88,10 @@ pub(crate) struct AgentArgs {
     /// Bucket URL of the metadata log (default: the first ingest bucket).
     #[arg(long)]
     metadata_bucket: Option<String>,
+    /// How sealed files are written: auto (append into pooled objects where every ingest
+    /// bucket can), put, or append (storage.ingest_writes).
+    #[arg(long, value_parser = ["auto", "put", "append"])]
+    ingest_writes: Option<String>,
     /// Write the object-storage counters as JSON to this file (every second and at shutdown).
     #[arg(long)]
     storage_report: Option<PathBuf>,

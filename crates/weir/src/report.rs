@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use weir_produce::IngestPool;
 use weir_storage::{BucketSnapshot, Outcome, RequestClass, StorageStats};
 
 /// How often the file is rewritten while the agent runs.
@@ -38,27 +39,48 @@ fn bucket_json(bucket: &BucketSnapshot) -> Value {
     })
 }
 
-/// The report document for `stats` now.
-pub(crate) fn render(stats: &StorageStats) -> String {
-    let buckets: Vec<Value> = stats.snapshot().iter().map(bucket_json).collect();
-    json!({ "buckets": buckets }).to_string()
+/// What the report is made of.
+#[derive(Clone)]
+pub(crate) struct Sources {
+    pub(crate) storage: StorageStats,
+    /// The WriterPool, on the appendable ingest path.
+    pub(crate) pool: Option<IngestPool>,
+}
+
+/// The report document now.
+pub(crate) fn render(sources: &Sources) -> String {
+    let buckets: Vec<Value> = sources.storage.snapshot().iter().map(bucket_json).collect();
+    let mut doc = json!({ "buckets": buckets });
+    if let Some(pool) = &sources.pool {
+        let s = pool.stats();
+        doc["pool"] = json!({
+            "ready": s.ready,
+            "loading": s.loading,
+            "hits": s.hits,
+            "misses": s.misses,
+            "created": s.created,
+            "discarded": s.discarded,
+            "load_errors": s.load_errors,
+        });
+    }
+    doc.to_string()
 }
 
 /// Writes the report to `path` (via a temporary file and rename, so readers never see half a
 /// file). Failures are logged, never fatal: the report is for observers.
-pub(crate) async fn write(path: &Path, stats: &StorageStats) {
-    write_via(path, stats, "tmp").await
+pub(crate) async fn write(path: &Path, sources: &Sources) {
+    write_via(path, sources, "tmp").await
 }
 
 /// The final write at shutdown, through its own temporary file: a periodic write whose blocking
 /// file operations outlive its aborted task cannot tear it.
-pub(crate) async fn write_final(path: &Path, stats: &StorageStats) {
-    write_via(path, stats, "final.tmp").await
+pub(crate) async fn write_final(path: &Path, sources: &Sources) {
+    write_via(path, sources, "final.tmp").await
 }
 
-async fn write_via(path: &Path, stats: &StorageStats, extension: &str) {
+async fn write_via(path: &Path, sources: &Sources, extension: &str) {
     let tmp = path.with_extension(extension);
-    let body = render(stats);
+    let body = render(sources);
     let result = async {
         tokio::fs::write(&tmp, body).await?;
         tokio::fs::rename(&tmp, path).await
@@ -70,14 +92,14 @@ async fn write_via(path: &Path, stats: &StorageStats, extension: &str) {
 }
 
 /// Rewrites the report every second when `path` is set.
-pub(crate) fn spawn(path: &Path, stats: &StorageStats) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn(path: &Path, sources: &Sources) -> Option<tokio::task::JoinHandle<()>> {
     if path.as_os_str().is_empty() {
         return None;
     }
-    let (path, stats) = (path.to_path_buf(), stats.clone());
+    let (path, sources) = (path.to_path_buf(), sources.clone());
     Some(tokio::spawn(async move {
         loop {
-            write(&path, &stats).await;
+            write(&path, &sources).await;
             tokio::time::sleep(INTERVAL).await;
         }
     }))
@@ -107,13 +129,18 @@ mod tests {
         bucket.add_bytes_up(4096);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("storage.json");
-        write(&path, &stats).await;
+        let sources = Sources {
+            storage: stats,
+            pool: None,
+        };
+        write(&path, &sources).await;
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let b = &doc["buckets"][0];
         assert_eq!(b["name"], "s3://a");
         assert_eq!(b["requests"]["put"]["ok"], 2000);
         assert_eq!(b["requests"]["get"]["not_found"], 1);
         assert_eq!(b["bytes_up"], 4096);
+        assert!(doc.get("pool").is_none(), "no pool on the PUT path");
         let cost = b["cost_usd"].as_f64().unwrap();
         assert!(
             (cost - (2.0 * 0.005 + 0.001 * 0.0004)).abs() < 1e-12,

@@ -90,7 +90,7 @@ fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
     assert!(
         metadata
             .to_string()
-            .starts_with("Layer(memory://meta, 10s, ModelStore(s3-express, InMemory"),
+            .starts_with("Layer(memory://meta, 10s, ModelStore(s3-express, MemoryAppendable"),
         "{metadata}"
     );
     // Local buckets are priced by their profile unless they name a price class.
@@ -280,7 +280,7 @@ fn test_buckets_options_merge_by_meaning_bucket_over_global() {
     assert!(Buckets::open(&config, 1).is_ok());
     let stats = StorageStats::new();
     let (_, raw, _) = open_raw(&config.storage, "s3://weir-b", &stats).unwrap();
-    let s3 = format!("{raw:?}");
+    let s3 = format!("{:?}", raw.store);
     assert!(
         s3.contains("127.0.0.1:2") && !s3.contains("127.0.0.1:1"),
         "{s3}"
