@@ -326,7 +326,7 @@ fn ingest_writes(
         }
         (IngestWriteMode::Append, None) => anyhow::bail!(
             "storage.ingest_writes = \"append\", but not every ingest bucket has appendable \
-             objects (here: memory:// buckets under the gcs-rapid or s3-express profile); use \
+             objects (here: memory:// and file:// buckets under the gcs-rapid or s3-express profile); use \
              \"auto\" or \"put\""
         ),
         (_, Some(appendable)) => appendable,

@@ -449,20 +449,17 @@ fn memory_double(storage: &StorageConfig) -> Option<(FenceKind, AppendLimits)> {
     }
 }
 
-/// The bucket's views: appendable ones for the schemes that have an appendable backend here.
+/// The bucket's views: under a zonal profile, `memory://` buckets get the in-memory double and
+/// `file://` buckets the write-through double (durable across restarts, for kill -9 tests).
 fn stack_of(parsed: &BucketUrl, raw: Arc<dyn ObjectStore>, storage: &StorageConfig) -> Stack {
-    match memory_double(storage) {
-        Some((fence, limits)) if parsed.scheme == "memory" => {
-            let double = MemoryAppendable::over(raw, fence, limits);
-            Stack {
-                appendable: Some(Arc::new(double.clone())),
-                store: Arc::new(double),
-            }
-        }
-        _ => Stack {
-            store: raw,
-            appendable: None,
-        },
+    let double = match (memory_double(storage), parsed.scheme.as_str()) {
+        (Some((fence, limits)), "memory") => MemoryAppendable::over(raw, fence, limits, false),
+        (Some((fence, limits)), "file") => MemoryAppendable::write_through(raw, fence, limits),
+        _ => return Stack::from(raw),
+    };
+    Stack {
+        appendable: Some(Arc::new(double.clone())),
+        store: Arc::new(double),
     }
 }
 

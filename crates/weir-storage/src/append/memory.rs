@@ -1,17 +1,27 @@
-//! The in-memory appendable bucket: the double of GCS Rapid and S3 Express append.
+//! The appendable double: GCS Rapid and S3 Express append semantics over any object store.
 //!
 //! [`MemoryAppendable`] is both an [`AppendableStore`] and an [`ObjectStore`], so one bucket
-//! serves appends and the ordinary reads, lists and deletes of everything above it. Appendable
-//! objects keep their bytes here; the inner store holds an empty placeholder under the same key,
-//! which gives them a creation time, makes create-only puts of the key fail, and keeps them in
-//! listings (with the persisted size patched in). A plain put over an appendable key replaces
-//! it, as on the real backends.
+//! serves appends and the ordinary reads, lists and deletes of everything above it. It runs in
+//! one of two modes:
 //!
-//! Semantics follow the trait docs exactly: a takeover under [`FenceKind::Generation`] bumps the
-//! generation and fences the old writer at once; under [`FenceKind::WriteOffset`] the old writer
-//! is fenced only when the object's size no longer matches its offset. Latency and injected
-//! faults (a lost append, an append that lands but whose answer is lost) come from the model
-//! wrapper ([`crate::model::ModelStore::appendable`]), not from here.
+//! - **In memory** ([`MemoryAppendable::new`], `memory://` buckets): appendable objects keep
+//!   their bytes here; the inner store holds an empty placeholder under the same key, which
+//!   gives them a creation time, makes create-only puts of the key fail, and keeps them in
+//!   listings (with the persisted size patched in).
+//! - **Write-through** ([`MemoryAppendable::write_through`], `file://` buckets under a zonal
+//!   profile): every flush rewrites the whole object in the inner store before it returns, so a
+//!   flushed byte is as durable as a PUT there and survives a restart (kill -9 tests of the
+//!   appendable path). Only each open object's size and generation stay here, and an object's
+//!   entry is dropped when its writer closes; a takeover after a restart starts from the inner
+//!   store's copy. Rewriting costs O(object size) per flush, which is fine for ingest files
+//!   (one flush each) and is not a model of real append costs (the latency model is).
+//!
+//! A plain put over an appendable key replaces it, as on the real backends. Semantics follow
+//! the trait docs exactly: a takeover under [`FenceKind::Generation`] bumps the generation and
+//! fences the old writer at once; under [`FenceKind::WriteOffset`] the old writer is fenced only
+//! when the object's size no longer matches its offset. Latency and injected faults (a lost
+//! append, an append that lands but whose answer is lost) come from the model wrapper
+//! ([`crate::model::ModelStore::appendable`]), not from here.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,67 +44,117 @@ use super::{
 };
 use crate::StorageError;
 
-/// One appendable object's bytes and state.
+/// One appendable object's state. `data` holds the bytes in memory mode only.
 #[derive(Debug, Default)]
 struct Object {
     data: Vec<u8>,
+    size: u64,
     generation: u64,
     finalized: bool,
-    flushes: u64,
 }
+
+type Entry = Arc<tokio::sync::Mutex<Object>>;
 
 #[derive(Debug)]
 struct Shared {
-    objects: Mutex<HashMap<Path, Object>>,
+    inner: Arc<dyn ObjectStore>,
+    objects: Mutex<HashMap<Path, Entry>>,
+    /// Sizes of the open objects, for listings (memory mode).
+    sizes: Mutex<HashMap<Path, u64>>,
     fence: FenceKind,
     limits: AppendLimits,
+    write_through: bool,
 }
 
 impl Shared {
-    fn objects(&self) -> MutexGuard<'_, HashMap<Path, Object>> {
+    fn objects(&self) -> MutexGuard<'_, HashMap<Path, Entry>> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The persisted size of `path` if it is an appendable object.
-    fn size_of(&self, path: &Path) -> Option<u64> {
-        self.objects().get(path).map(|o| o.data.len() as u64)
+    fn sizes(&self) -> MutexGuard<'_, HashMap<Path, u64>> {
+        self.sizes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn forget(&self, path: &Path) {
+        self.objects().remove(path);
+        self.sizes().remove(path);
+    }
+
+    /// The entry of `path`; in write-through mode an object this process does not know (made
+    /// before a restart) is loaded from the inner store.
+    async fn entry(&self, path: &Path) -> Result<Entry, StorageError> {
+        if let Some(entry) = self.objects().get(path) {
+            return Ok(entry.clone());
+        }
+        if !self.write_through {
+            return Err(not_found(path));
+        }
+        let meta = self.inner.head(path).await?;
+        let loaded = Arc::new(tokio::sync::Mutex::new(Object {
+            size: meta.size,
+            ..Object::default()
+        }));
+        Ok(self.objects().entry(path.clone()).or_insert(loaded).clone())
+    }
+
+    /// The persisted bytes of `object` at `path`.
+    async fn bytes_of(&self, path: &Path, object: &Object) -> Result<Bytes, StorageError> {
+        if !self.write_through {
+            return Ok(Bytes::copy_from_slice(&object.data));
+        }
+        if object.size == 0 {
+            return Ok(Bytes::new());
+        }
+        Ok(self.inner.get(path).await?.bytes().await?)
     }
 
     fn patch(&self, mut meta: ObjectMeta) -> ObjectMeta {
-        if let Some(size) = self.size_of(&meta.location) {
-            meta.size = size;
+        if let Some(size) = self.sizes().get(&meta.location) {
+            meta.size = *size;
         }
         meta
     }
 }
 
-/// An in-memory bucket with appendable objects (see the module docs).
+/// A bucket with appendable objects (see the module docs).
 #[derive(Debug, Clone)]
 pub struct MemoryAppendable {
-    inner: Arc<dyn ObjectStore>,
     shared: Arc<Shared>,
 }
 
 impl MemoryAppendable {
-    /// An empty bucket fencing by `fence`, with `limits`.
+    /// An empty in-memory bucket fencing by `fence`, with `limits`.
     pub fn new(fence: FenceKind, limits: AppendLimits) -> MemoryAppendable {
-        MemoryAppendable::over(Arc::new(InMemory::new()), fence, limits)
+        MemoryAppendable::over(Arc::new(InMemory::new()), fence, limits, false)
     }
 
-    /// A bucket keeping placeholders and plain objects in `inner`.
+    /// A bucket over `inner`. With `write_through`, every flush rewrites the whole object in
+    /// `inner` (a durable store survives restarts); without, bytes stay in memory.
     pub fn over(
         inner: Arc<dyn ObjectStore>,
         fence: FenceKind,
         limits: AppendLimits,
+        write_through: bool,
     ) -> MemoryAppendable {
         MemoryAppendable {
-            inner,
             shared: Arc::new(Shared {
+                inner,
                 objects: Mutex::default(),
+                sizes: Mutex::default(),
                 fence,
                 limits,
+                write_through,
             }),
         }
+    }
+
+    /// A write-through bucket over `inner` (see [`Self::over`]).
+    pub fn write_through(
+        inner: Arc<dyn ObjectStore>,
+        fence: FenceKind,
+        limits: AppendLimits,
+    ) -> MemoryAppendable {
+        MemoryAppendable::over(inner, fence, limits, true)
     }
 
     /// A double of GCS Rapid (generation fence, Rapid limits).
@@ -107,7 +167,7 @@ impl MemoryAppendable {
         MemoryAppendable::new(FenceKind::WriteOffset, AppendLimits::S3_EXPRESS)
     }
 
-    /// How many appendable objects exist (finalized or not).
+    /// How many appendable objects this process tracks (open, or finalized in memory mode).
     pub fn appendable_count(&self) -> usize {
         self.shared.objects().len()
     }
@@ -115,7 +175,12 @@ impl MemoryAppendable {
 
 impl fmt::Display for MemoryAppendable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MemoryAppendable({:?})", self.shared.fence)
+        let mode = if self.shared.write_through {
+            "write-through"
+        } else {
+            "memory"
+        };
+        write!(f, "MemoryAppendable({:?}, {mode})", self.shared.fence)
     }
 }
 
@@ -148,28 +213,32 @@ impl AppendableStore for MemoryAppendable {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        self.inner
+        self.shared
+            .inner
             .put_opts(path, PutPayload::default(), opts)
             .await?;
-        self.shared
-            .objects()
-            .insert(path.clone(), Object::default());
-        Ok(Box::new(MemoryWriter::new(self.shared.clone(), path, 0, 0)))
+        let entry = Entry::default();
+        self.shared.objects().insert(path.clone(), entry.clone());
+        if !self.shared.write_through {
+            self.shared.sizes().insert(path.clone(), 0);
+        }
+        Ok(Box::new(MemoryWriter::new(&self.shared, entry, path, 0, 0)))
     }
 
     async fn takeover(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
-        let mut objects = self.shared.objects();
-        let object = objects.get_mut(path).ok_or_else(|| not_found(path))?;
+        let entry = self.shared.entry(path).await?;
+        let mut object = entry.lock().await;
         if object.finalized {
             return Err(finalized(path));
         }
         if self.shared.fence == FenceKind::Generation {
             object.generation += 1;
         }
-        let (generation, size) = (object.generation, object.data.len() as u64);
-        drop(objects);
+        let (generation, size) = (object.generation, object.size);
+        drop(object);
         Ok(Box::new(MemoryWriter::new(
-            self.shared.clone(),
+            &self.shared,
+            entry,
             path,
             generation,
             size,
@@ -177,27 +246,26 @@ impl AppendableStore for MemoryAppendable {
     }
 
     async fn stat(&self, path: &Path) -> Result<AppendableMeta, StorageError> {
-        let objects = self.shared.objects();
-        let object = objects.get(path).ok_or_else(|| not_found(path))?;
+        let entry = self.shared.entry(path).await?;
+        let object = entry.lock().await;
         Ok(AppendableMeta {
-            size: object.data.len() as u64,
+            size: object.size,
             finalized: object.finalized,
             generation: object.generation,
         })
     }
 
     async fn read(&self, path: &Path, range: Range<u64>) -> Result<Bytes, StorageError> {
-        let objects = self.shared.objects();
-        let object = objects.get(path).ok_or_else(|| not_found(path))?;
-        let len = object.data.len() as u64;
-        if range.start > range.end || range.end > len {
+        let entry = self.shared.entry(path).await?;
+        let object = entry.lock().await;
+        if range.start > range.end || range.end > object.size {
             return Err(StorageError::InvalidConfig(format!(
-                "read of {range:?} past the persisted size {len} of {path}"
+                "read of {range:?} past the persisted size {} of {path}",
+                object.size
             )));
         }
-        Ok(Bytes::copy_from_slice(
-            &object.data[range.start as usize..range.end as usize],
-        ))
+        let bytes = self.shared.bytes_of(path, &object).await?;
+        Ok(bytes.slice(range.start as usize..range.end as usize))
     }
 }
 
@@ -205,6 +273,7 @@ impl AppendableStore for MemoryAppendable {
 #[derive(Debug)]
 struct MemoryWriter {
     shared: Arc<Shared>,
+    entry: Entry,
     path: Path,
     generation: u64,
     persisted: u64,
@@ -215,9 +284,16 @@ struct MemoryWriter {
 }
 
 impl MemoryWriter {
-    fn new(shared: Arc<Shared>, path: &Path, generation: u64, persisted: u64) -> MemoryWriter {
+    fn new(
+        shared: &Arc<Shared>,
+        entry: Entry,
+        path: &Path,
+        generation: u64,
+        persisted: u64,
+    ) -> MemoryWriter {
         MemoryWriter {
-            shared,
+            shared: shared.clone(),
+            entry,
             path: path.clone(),
             generation,
             persisted,
@@ -235,24 +311,21 @@ impl MemoryWriter {
         }
         let fenced = match self.shared.fence {
             FenceKind::Generation => object.generation != self.generation,
-            FenceKind::WriteOffset => object.data.len() as u64 != self.persisted,
+            FenceKind::WriteOffset => object.size != self.persisted,
         };
         if fenced {
             return Err(StorageError::Fenced {
                 path: self.path.to_string(),
                 reason: format!(
                     "taken over: object at generation {} size {}, writer at generation {} offset {}",
-                    object.generation,
-                    object.data.len(),
-                    self.generation,
-                    self.persisted
+                    object.generation, object.size, self.generation, self.persisted
                 ),
             });
         }
         Ok(())
     }
 
-    fn flush_locked(&mut self, finalize: bool) -> Result<u64, StorageError> {
+    async fn do_flush(&mut self, finalize: bool) -> Result<u64, StorageError> {
         if self.broken {
             return Err(broken(&self.path));
         }
@@ -263,25 +336,52 @@ impl MemoryWriter {
                 reason: format!("{} appends made, the limit", self.flushes),
             });
         }
-        let mut objects = self.shared.objects();
-        let Some(object) = objects.get_mut(&self.path) else {
+        let result = self.apply(finalize).await;
+        if result.is_err() {
             self.broken = true;
+        }
+        result
+    }
+
+    /// Checks ownership and appends the pending bytes, under the object's lock.
+    async fn apply(&mut self, finalize: bool) -> Result<u64, StorageError> {
+        let entry = self.entry.clone();
+        let mut object = entry.lock().await;
+        let known = self
+            .shared
+            .objects()
+            .get(&self.path)
+            .is_some_and(|e| Arc::ptr_eq(e, &entry));
+        if !known {
+            // Deleted or replaced by a plain put since this writer opened it.
             return Err(not_found(&self.path));
-        };
-        if let Err(err) = self.check_owner(object) {
-            self.broken = true;
-            return Err(err);
         }
-        for chunk in self.pending.drain(..) {
-            object.data.extend_from_slice(&chunk);
-        }
+        self.check_owner(&object)?;
         if self.pending_len > 0 {
-            object.flushes += 1;
+            if self.shared.write_through {
+                let mut whole = self.shared.bytes_of(&self.path, &object).await?.to_vec();
+                for chunk in &self.pending {
+                    whole.extend_from_slice(chunk);
+                }
+                self.shared
+                    .inner
+                    .put(&self.path, PutPayload::from(whole))
+                    .await?;
+            } else {
+                for chunk in &self.pending {
+                    object.data.extend_from_slice(chunk);
+                }
+            }
+            object.size += self.pending_len;
             self.flushes += 1;
+            self.pending.clear();
+            self.pending_len = 0;
         }
         object.finalized = finalize;
-        self.persisted = object.data.len() as u64;
-        self.pending_len = 0;
+        self.persisted = object.size;
+        if !self.shared.write_through {
+            self.shared.sizes().insert(self.path.clone(), object.size);
+        }
         Ok(self.persisted)
     }
 }
@@ -316,13 +416,11 @@ impl AppendWriter for MemoryWriter {
             return Err(wrong_offset(&self.path, self.offset(), offset));
         }
         let max = self.shared.limits.max_bytes;
-        if self.offset() + data.len() as u64 > max {
+        let end = offset + data.len() as u64;
+        if end > max {
             return Err(StorageError::ObjectFull {
                 path: self.path.to_string(),
-                reason: format!(
-                    "{} bytes would pass the {max}-byte limit",
-                    offset + data.len() as u64
-                ),
+                reason: format!("{end} bytes would pass the {max}-byte limit"),
             });
         }
         self.pending_len += data.len() as u64;
@@ -331,14 +429,28 @@ impl AppendWriter for MemoryWriter {
     }
 
     async fn flush(&mut self) -> Result<u64, StorageError> {
-        self.flush_locked(false)
+        self.do_flush(false).await
     }
 
     async fn finalize(mut self: Box<Self>) -> Result<u64, StorageError> {
-        self.flush_locked(true)
+        self.do_flush(true).await
     }
 
     async fn close(self: Box<Self>) -> Result<(), StorageError> {
+        if self.shared.write_through {
+            // The inner store has everything; forget the object unless another writer took it
+            // over since (a later takeover reloads it from the inner store).
+            let object = self.entry.lock().await;
+            if object.generation == self.generation && !object.finalized {
+                let mut objects = self.shared.objects();
+                if objects
+                    .get(&self.path)
+                    .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
+                {
+                    objects.remove(&self.path);
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -359,8 +471,8 @@ impl ObjectStore for MemoryAppendable {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let result = self.inner.put_opts(location, payload, opts).await?;
-        self.shared.objects().remove(location);
+        let result = self.shared.inner.put_opts(location, payload, opts).await?;
+        self.shared.forget(location);
         Ok(result)
     }
 
@@ -369,7 +481,7 @@ impl ObjectStore for MemoryAppendable {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
+        self.shared.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(
@@ -377,28 +489,20 @@ impl ObjectStore for MemoryAppendable {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        let entry = self.shared.objects().get(location).cloned();
+        let entry = match entry {
+            Some(entry) if !self.shared.write_through => entry,
+            // Write-through: the inner store holds every flushed byte.
+            _ => return self.shared.inner.get_opts(location, options).await,
+        };
         // The placeholder gives the metadata (and the preconditions' e-tag); the size and bytes
         // are the appendable object's persisted ones.
-        let placeholder = self
-            .inner
-            .get_opts(
-                location,
-                GetOptions {
-                    head: true,
-                    ..GetOptions::default()
-                },
-            )
-            .await;
-        let data = {
-            let objects = self.shared.objects();
-            objects
-                .get(location)
-                .map(|o| Bytes::copy_from_slice(&o.data))
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
         };
-        let Some(data) = data else {
-            return self.inner.get_opts(location, options).await;
-        };
-        let mut meta = placeholder?.meta;
+        let mut meta = self.shared.inner.get_opts(location, head).await?.meta;
+        let data = Bytes::copy_from_slice(&entry.lock().await.data);
         meta.size = data.len() as u64;
         options.check_preconditions(&meta)?;
         let range = match &options.range {
@@ -435,17 +539,18 @@ impl ObjectStore for MemoryAppendable {
         let forgotten = locations
             .map(move |location| {
                 if let Ok(path) = &location {
-                    shared.objects().remove(path);
+                    shared.forget(path);
                 }
                 location
             })
             .boxed();
-        self.inner.delete_stream(forgotten)
+        self.shared.inner.delete_stream(forgotten)
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         let shared = self.shared.clone();
-        self.inner
+        self.shared
+            .inner
             .list(prefix)
             .map(move |meta| meta.map(|m| shared.patch(m)))
             .boxed()
@@ -457,14 +562,15 @@ impl ObjectStore for MemoryAppendable {
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         let shared = self.shared.clone();
-        self.inner
+        self.shared
+            .inner
             .list_with_offset(prefix, offset)
             .map(move |meta| meta.map(|m| shared.patch(m)))
             .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        let mut result = self.inner.list_with_delimiter(prefix).await?;
+        let mut result = self.shared.inner.list_with_delimiter(prefix).await?;
         result.objects = result
             .objects
             .into_iter()
@@ -480,7 +586,7 @@ impl ObjectStore for MemoryAppendable {
         options: CopyOptions,
     ) -> object_store::Result<()> {
         refuse_appendable(&self.shared, from)?;
-        self.inner.copy_opts(from, to, options).await
+        self.shared.inner.copy_opts(from, to, options).await
     }
 
     async fn rename_opts(
@@ -490,14 +596,14 @@ impl ObjectStore for MemoryAppendable {
         options: RenameOptions,
     ) -> object_store::Result<()> {
         refuse_appendable(&self.shared, from)?;
-        self.inner.rename_opts(from, to, options).await
+        self.shared.inner.rename_opts(from, to, options).await
     }
 }
 
 /// Copies and renames of appendable objects are not something Weir does; refuse them rather
 /// than copy a placeholder.
 fn refuse_appendable(shared: &Shared, path: &Path) -> object_store::Result<()> {
-    if shared.size_of(path).is_some() {
+    if shared.objects().contains_key(path) {
         return Err(object_store::Error::NotSupported {
             source: format!("copy or rename of the appendable object {path}").into(),
         });
@@ -520,6 +626,59 @@ mod tests {
     async fn test_memory_appendable_conformance_write_offset_fence() {
         let store = MemoryAppendable::s3_express();
         conformance::run(&store, Some(Arc::new(store.clone()))).await;
+    }
+
+    #[tokio::test]
+    async fn test_write_through_appendable_conformance_on_local_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for fence in [FenceKind::Generation, FenceKind::WriteOffset] {
+            let root = dir.path().join(format!("{fence:?}"));
+            let inner = Arc::new(crate::url::local_store(&root).unwrap());
+            let store = MemoryAppendable::write_through(inner, fence, AppendLimits::GCS_RAPID);
+            conformance::run(&store, Some(Arc::new(store.clone()))).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn test_write_through_appendable_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            let inner = Arc::new(crate::url::local_store(dir.path()).unwrap());
+            MemoryAppendable::write_through(inner, FenceKind::Generation, AppendLimits::GCS_RAPID)
+        };
+        let path = Path::from("ingest/restart.weir");
+        let before = open();
+        let mut writer = before.create(&path).await.unwrap();
+        writer
+            .append(0, Bytes::from_static(b"durable"))
+            .await
+            .unwrap();
+        writer.flush().await.unwrap();
+        writer
+            .append(7, Bytes::from_static(b" lost"))
+            .await
+            .unwrap();
+        // The process dies with an unflushed append and the writer still open.
+        drop(writer);
+        drop(before);
+        let after = open();
+        let got = after.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"durable");
+        assert_eq!(after.stat(&path).await.unwrap().size, 7);
+        let mut resumed = after.takeover(&path).await.unwrap();
+        resumed.append(7, Bytes::from_static(b"!")).await.unwrap();
+        assert_eq!(resumed.flush().await.unwrap(), 8);
+        assert!(
+            after.create(&path).await.is_err(),
+            "the key stays taken after a restart"
+        );
+        resumed.close().await.unwrap();
+        assert_eq!(after.appendable_count(), 0, "closed objects are not kept");
+        let listed = after
+            .list_with_delimiter(Some(&Path::from("ingest")))
+            .await
+            .unwrap();
+        assert_eq!(listed.objects[0].size, 8);
     }
 
     #[tokio::test]
