@@ -110,6 +110,9 @@ pub(crate) struct Auditor {
     log_starts: Vec<i64>,
     /// Offsets the durable log starts moved forward by, over all partitions.
     pub(crate) log_start_advance: u64,
+    /// On the appendable path: files deleted while no log entry named them (the WriterPool
+    /// discarding unused objects), by the bucket that saw it. None of them may commit later.
+    pool_discards: Option<BTreeMap<FileId, usize>>,
 }
 
 impl Auditor {
@@ -134,7 +137,30 @@ impl Auditor {
             first_place: BTreeMap::new(),
             log_starts: Vec::new(),
             log_start_advance: 0,
+            pool_discards: None,
         }
+    }
+
+    /// Accepts DELETEs of files no entry names (a WriterPool discarding unused objects), and
+    /// checks instead that no such file commits afterwards.
+    pub(crate) fn with_pool_discards(mut self) -> Auditor {
+        self.pool_discards = Some(BTreeMap::new());
+        self
+    }
+
+    /// Records `key` as discarded by the pool if it is a data file no entry names.
+    fn pool_discard(&mut self, key: &object_store::path::Path, bucket: usize) -> bool {
+        let Some(discards) = self.pool_discards.as_mut() else {
+            return false;
+        };
+        let Some((_, id)) = weir_storage::keys::parse_data_file(key) else {
+            return false;
+        };
+        if self.durable.state().knows_file(&id) {
+            return false;
+        }
+        discards.insert(id, bucket);
+        true
     }
 
     /// GC-1: every DELETE a gate saw since the last call was of a file the durable state of that
@@ -164,7 +190,10 @@ impl Auditor {
                     delete.bucket,
                     self.durable.next_seq()
                 ));
-            } else if !delete.repeat && !self.deletable(&delete.key) {
+            } else if !delete.repeat
+                && !self.deletable(&delete.key)
+                && !self.pool_discard(&delete.key, delete.bucket)
+            {
                 violations.push(format!(
                     "GC-1: bucket {} saw a DELETE of {}, neither released in the durable state \
                      (slots 0..{}) nor an orphan below its sweep horizon {}",
@@ -177,6 +206,17 @@ impl Auditor {
         }
         if let Err(err) = self.durable.advance(&self.archive, u64::MAX) {
             violations.push(format!("the durable metadata log does not replay: {err}"));
+        }
+        if let Some(discards) = &self.pool_discards {
+            let state = self.durable.state();
+            for (id, bucket) in discards {
+                if state.knows_file(id) {
+                    violations.push(format!(
+                        "GC-1: file {id} committed after bucket {bucket} deleted it as an unused \
+                         pooled object"
+                    ));
+                }
+            }
         }
         violations.extend(self.durable.take_breaches());
     }

@@ -44,7 +44,9 @@ use crate::gate::{BucketFaults, Gate};
 use crate::hold::{HoldSwitch, SlotHold};
 use crate::ledger::DeleteLedger;
 use retention::GcScenario;
-use scenario::Scenario;
+use scenario::{AppendScenario, Scenario};
+use weir_storage::append::memory::MemoryAppendable;
+use weir_storage::append::{AppendLimits, AppendableStore, FenceKind};
 
 const TOPIC: &str = "sim";
 /// Upper bound on simulated time for the heal phase to converge.
@@ -121,6 +123,9 @@ struct Bucket {
     raw: Arc<InMemory>,
     model: Arc<ModelStore>,
     faults: Arc<BucketFaults>,
+    /// On the appendable path: the bucket's appendable view under its model (the double writes
+    /// every flush through to `raw`).
+    appendable: Option<Arc<dyn AppendableStore>>,
 }
 
 /// One agent process: its control plane (a writer of the shared metadata log), produce pipeline
@@ -290,6 +295,8 @@ struct World {
     print_events: bool,
     clock_origin: tokio::time::Instant,
     report: SimReport,
+    /// The WriterPools of every incarnation (appendable seeds), for the report.
+    pools: Vec<weir_produce::IngestPool>,
 }
 
 /// A bucket; `create_conflicts` (the metadata bucket's) gives it the scenario's create-only
@@ -299,6 +306,7 @@ fn bucket(
     scenario: &Scenario,
     name: &str,
     create_conflicts: Option<&Arc<AtomicU64>>,
+    append: Option<FenceKind>,
 ) -> Bucket {
     let raw = Arc::new(InMemory::new());
     let mut profile = LatencyProfile::local();
@@ -307,8 +315,14 @@ fn bucket(
     profile.get = scenario.get;
     profile.list = scenario.get;
     profile.error_rate = scenario.error_rate;
-    let inner: Arc<dyn ObjectStore> = raw.clone();
+    let double = append
+        .map(|fence| MemoryAppendable::write_through(raw.clone(), fence, AppendLimits::GCS_RAPID));
+    let inner: Arc<dyn ObjectStore> = match &double {
+        Some(double) => Arc::new(double.clone()),
+        None => raw.clone(),
+    };
     let model = ModelStore::new(inner, profile, rng.u64(..)).expect("valid sim profile");
+    let appendable = double.map(|double| model.appendable(Arc::new(double)));
     let mut faults = BucketFaults::new(scenario.ambiguous_rate, rng.u64(..));
     if let Some(count) = create_conflicts {
         faults = faults.with_create_conflicts(
@@ -321,6 +335,7 @@ fn bucket(
         raw,
         model: Arc::new(model),
         faults: Arc::new(faults),
+        appendable,
     }
 }
 
@@ -336,20 +351,33 @@ impl World {
         scenario.sweep = sweep::SweepScenario::pick(&mut sweep_rng);
         let mut expiry_rng = fastrand::Rng::with_seed(seed ^ 0x6578_7069_7279);
         scenario.expiry = expiry::ExpiryScenario::pick(&mut expiry_rng, scenario.p_crash == 0.0);
+        let mut append_rng = fastrand::Rng::with_seed(seed ^ 0x6170_7065_6e64);
+        let orphan_age = scenario.sweep.settings.as_ref().map(|s| s.orphan_age);
+        scenario.append = AppendScenario::pick(&mut append_rng, orphan_age);
+        let fence = scenario.append.map(|a| a.fence);
         let buckets: Vec<Bucket> = (0..scenario.buckets)
-            .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None))
+            .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None, fence))
             .collect();
         let create_conflicts = Arc::new(AtomicU64::new(0));
-        let log_bucket = bucket(&mut rng, &scenario, "sim-log", Some(&create_conflicts));
+        let log_bucket = bucket(
+            &mut rng,
+            &scenario,
+            "sim-log",
+            Some(&create_conflicts),
+            None,
+        );
         let archive = Arc::new(LogArchive::default());
         let ledger = Arc::new(DeleteLedger::new(archive.clone()));
-        let auditor = Auditor::new(
+        let mut auditor = Auditor::new(
             log_bucket.raw.clone(),
             archive.clone(),
             buckets.iter().map(|b| b.raw.clone()).collect(),
             scenario.quorum,
             ledger.clone(),
         );
+        if scenario.append.is_some() {
+            auditor = auditor.with_pool_discards();
+        }
         let clients = scenario
             .kinds
             .iter()
@@ -407,6 +435,7 @@ impl World {
             print_events: false,
             clock_origin: tokio::time::Instant::now(),
             report,
+            pools: Vec::new(),
         }
     }
 
@@ -488,6 +517,12 @@ impl World {
         self.report.log_start_advance = self.auditor.log_start_advance;
         self.report.files_deleted = self.ledger.deleted().len() as u64;
         self.report.late_copies = self.ledger.late_copies();
+        for pool in &self.pools {
+            let stats = pool.stats();
+            self.report.pool_hits += stats.hits;
+            self.report.pool_misses += stats.misses;
+            self.report.pool_discards += stats.discarded;
+        }
         self.report.trace_hash = self.trace;
     }
 

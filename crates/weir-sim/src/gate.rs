@@ -29,6 +29,10 @@ use object_store::{
 };
 use weir_storage::OpLatency;
 
+mod append;
+
+pub(crate) use append::GateAppendable;
+
 use crate::archive::LogArchive;
 use crate::ledger::DeleteLedger;
 

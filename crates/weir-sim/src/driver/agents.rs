@@ -1,7 +1,12 @@
 //! Agent processes and their clients: opening incarnations (recovery), the topic, producer ids,
 //! sending produce requests and taking in what spawned tasks report back.
 
+use weir_produce::IngestWrites;
+use weir_storage::append::ingest::IngestLoader;
+use weir_storage::pool::WriterPool;
+
 use super::*;
+use crate::gate::GateAppendable;
 
 impl World {
     pub(super) fn ensure_incarnation(&mut self) {
@@ -100,9 +105,11 @@ impl World {
             Arc::new(QuorumWriter::new(read_stores, self.scenario.quorum).expect("valid quorum"));
         let cache = Arc::new(ReadCache::new(1 << 20));
         let clock = self.agent_clock();
-        let pipeline = ProducePipeline::start(
+        let ingest = self.ingest_writes(number, &halted, &stores, clock.clone());
+        let pipeline = ProducePipeline::start_with(
             self.scenario.produce.clone(),
             writer,
+            ingest,
             control.clone(),
             cache.clone(),
             clock.clone(),
@@ -125,6 +132,46 @@ impl World {
             fetch,
             _deleter: deleter,
         });
+    }
+
+    /// On the appendable path, a WriterPool over this incarnation's gated, layered appendable
+    /// views of the buckets; else PUTs.
+    fn ingest_writes(
+        &mut self,
+        number: u32,
+        halted: &Arc<AtomicBool>,
+        stores: &[Arc<dyn ObjectStore>],
+        clock: Arc<dyn Clock>,
+    ) -> IngestWrites {
+        let Some(append) = self.scenario.append else {
+            return IngestWrites::Put;
+        };
+        let appendable = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let model = b.appendable.clone().expect("appendable bucket");
+                let gate = Arc::new(GateAppendable::new(model, halted.clone(), b.faults.clone()));
+                let stats = Arc::new(BucketStats::new(
+                    &format!("bucket-{i}"),
+                    "free",
+                    PriceTable::FREE,
+                ));
+                LayerStore::new(stores[i].clone(), LayerPolicy::default(), stats).appendable(gate)
+            })
+            .collect();
+        let loader = IngestLoader::new(
+            appendable,
+            stores.to_vec(),
+            self.scenario.quorum,
+            clock,
+            u64::from(number) << 16 ^ self.rng.u64(..),
+        )
+        .expect("valid pool quorum");
+        let pool = WriterPool::start(loader, append.pool);
+        self.pools.push(pool.clone());
+        IngestWrites::Pool(pool)
     }
 
     /// Clients (re)connect, get producer ids, create the topic, and send.

@@ -81,6 +81,11 @@ pub struct SimReport {
     pub overtaken_reads: u64,
     /// PUTs of a data file that landed after a DELETE of it (background copies that lagged).
     pub late_copies: u64,
+    /// Appendable seeds: files written into ready pooled objects, files that found none ready
+    /// (and created one inline), and unused pooled objects discarded.
+    pub pool_hits: u64,
+    pub pool_misses: u64,
+    pub pool_discards: u64,
     pub consumed_batches: u64,
     pub audits: u32,
     /// Breaches found by the final audit.
@@ -107,7 +112,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies; lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -151,6 +156,9 @@ impl fmt::Display for SimReport {
             self.put_lags,
             self.overtaken_reads,
             self.late_copies,
+            self.pool_hits,
+            self.pool_misses,
+            self.pool_discards,
             self.final_audit.lost,
             self.final_audit.duplicated,
             self.final_audit.reordered,

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use weir_produce::ProduceSettings;
+use weir_storage::append::FenceKind;
+use weir_storage::pool::PoolSettings;
 use weir_storage::OpLatency;
 
 use super::retention::GcScenario;
@@ -48,6 +50,43 @@ pub(super) struct Scenario {
     pub(super) sweep: sweep::SweepScenario,
     /// Producer expiry and quiet producers (its own generator, as `gc`).
     pub(super) expiry: super::expiry::ExpiryScenario,
+    /// Files appended into pooled objects instead of PUT (its own generator, as `gc`).
+    pub(super) append: Option<AppendScenario>,
+}
+
+/// The appendable ingest path: the double's fence kind and the WriterPool's settings.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AppendScenario {
+    pub(super) fence: FenceKind,
+    pub(super) pool: PoolSettings,
+}
+
+impl AppendScenario {
+    /// Half the seeds append; `orphan_age` (the sweep's, if any) bounds the item age, as the
+    /// agent's config validation does.
+    pub(super) fn pick(rng: &mut fastrand::Rng, orphan_age: Option<Duration>) -> Option<Self> {
+        if rng.bool() {
+            return None;
+        }
+        let fence = [FenceKind::Generation, FenceKind::WriteOffset][rng.usize(..2)];
+        let bound = orphan_age.map_or(2_000, |age| age.as_millis() as u64);
+        let pool = PoolSettings {
+            target_ready: rng.usize(0..=6),
+            load_concurrency: rng.usize(1..=3),
+            max_item_age: Duration::from_millis(rng.u64(bound / 4..bound)),
+        };
+        Some(AppendScenario { fence, pool })
+    }
+
+    pub(super) fn describe(this: &Option<Self>) -> String {
+        match this {
+            Some(a) => format!(
+                "appends ({:?} fence, pool of {} ready, {} loading, age < {:?})",
+                a.fence, a.pool.target_ready, a.pool.load_concurrency, a.pool.max_item_age
+            ),
+            None => "PUTs".to_string(),
+        }
+    }
 }
 
 impl Scenario {
@@ -97,6 +136,7 @@ impl Scenario {
             gc: GcScenario::default(),
             sweep: sweep::SweepScenario::default(),
             expiry: super::expiry::ExpiryScenario::default(),
+            append: None,
         }
     }
 
@@ -109,7 +149,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}; {}",
+             snapshot every {} slots{}; {}; {}; {}; files by {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -132,6 +172,7 @@ impl Scenario {
             self.gc.describe(),
             self.sweep.describe(),
             self.expiry.describe(),
+            AppendScenario::describe(&self.append),
         )
     }
 }
