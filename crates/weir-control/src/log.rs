@@ -12,6 +12,7 @@
 //!   ([`gc`], RFC 0003 §7). Recovery therefore never lists or reads the log below a snapshot.
 
 mod gc;
+mod prewarm;
 mod snapshot;
 #[cfg(test)]
 pub(crate) mod test_store;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use weir_common::{Backoff, Clock, SystemClock};
 use weir_format::{decode_envelope, encode_envelope, EnvelopeKind, FormatError};
+use weir_storage::append::AppendableStore;
 use weir_storage::keys;
 
 use crate::entry::Entry;
@@ -75,6 +77,14 @@ pub enum LogError {
          it instead makes the log end before it and loses every later slot"
     )]
     CorruptSlot { key: String, reason: String },
+    /// An empty slot object (pre-warmed by a writer on an appendable bucket, RFC 0004) where
+    /// this log has no appendable view to write it through.
+    #[error(
+        "metadata log slot {key} is an empty pre-warmed object, and this agent has no appendable \
+         view of the metadata bucket to write it (a takeover is the only safe way): run with the \
+         bucket's appendable backend enabled (docs/operations.md, \"Appendable ingest\")"
+    )]
+    EmptySlot { key: String },
     #[error(
         "metadata log slot {key} was written by a newer Weir (record version {version}, this \
          build reads up to {LOG_RECORD_VERSION}); run that version or newer"
@@ -118,6 +128,11 @@ struct EpochBody {
 #[derive(Debug, Clone)]
 pub struct LogStore {
     store: Arc<dyn ObjectStore>,
+    /// The bucket's appendable view, when it has one: empty slot objects (pre-warmed, RFC 0004)
+    /// are written through it with a takeover.
+    appendable: Option<Arc<dyn AppendableStore>>,
+    /// Pre-created slot objects ahead of the log's end (`control.prewarmed_slots > 0`).
+    window: Option<Arc<prewarm::SlotWindow>>,
     write_attempts: u32,
     /// The wall clock a new epoch records (`NewEpoch::at_ms`).
     clock: Arc<dyn Clock>,
@@ -165,6 +180,8 @@ impl LogStore {
     pub fn new(store: Arc<dyn ObjectStore>, write_attempts: u32) -> Self {
         Self {
             store,
+            appendable: None,
+            window: None,
             write_attempts: write_attempts.max(1),
             clock: Arc::new(SystemClock),
             snapshot_chunk_bytes: MAX_SNAPSHOT_CHUNK_BYTES,
@@ -175,6 +192,38 @@ impl LogStore {
     pub fn with_snapshot_chunk_bytes(mut self, bytes: usize) -> Self {
         self.snapshot_chunk_bytes = bytes.clamp(1, MAX_SNAPSHOT_CHUNK_BYTES);
         self
+    }
+
+    /// Gives the log the bucket's appendable view (RFC 0004): existing empty slot objects are
+    /// then written through a takeover, and with `prewarmed_slots > 0` the writer keeps that many
+    /// slot objects created ahead of the log's end.
+    pub fn with_appendable(
+        mut self,
+        appendable: Arc<dyn AppendableStore>,
+        prewarmed_slots: usize,
+    ) -> Self {
+        self.window = (prewarmed_slots > 0).then(|| {
+            Arc::new(prewarm::SlotWindow::new(
+                appendable.clone(),
+                prewarmed_slots as u64,
+            ))
+        });
+        self.appendable = Some(appendable);
+        self
+    }
+
+    /// Starts (or moves) the window of pre-warmed slots at `next_seq`, the writer's next slot.
+    pub fn prewarm_from(&self, next_seq: u64) {
+        if let Some(window) = &self.window {
+            window.extend(next_seq);
+        }
+    }
+
+    /// Releases the pre-warmed slots' writers (a stopping writer; the empty objects stay).
+    pub fn close_window(&self) {
+        if let Some(window) = &self.window {
+            window.close();
+        }
     }
 
     /// Sets the wall clock recorded in `NewEpoch` entries (the simulator's clock).
@@ -200,8 +249,20 @@ impl LogStore {
     /// Writes slot `seq` create-only. An `AlreadyExists` holding our exact bytes (an earlier
     /// attempt that succeeded after reporting failure) counts as success; other bytes mean
     /// another writer took the slot ([`LogError::SlotLost`]).
+    ///
+    /// With a pre-warmed object for `seq` the write is one append + flush into it; if that
+    /// fails (fenced, or an answer lost), the create-only path below reads what the slot holds.
     pub async fn write_slot(&self, seq: u64, epoch: u64, bytes: Bytes) -> Result<(), LogError> {
         let key = keys::meta_log(seq);
+        if let Some(writer) = self.window.as_ref().and_then(|w| w.take(seq)) {
+            match prewarm::write_into(writer, bytes.clone()).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(err) => {
+                    warn!(%key, error = %err, "pre-warmed log slot write failed; reading the slot back")
+                }
+            }
+        }
         match self.create(&key, bytes.clone()).await? {
             None => Ok(()),
             Some(existing) if existing == bytes => Ok(()),
@@ -235,6 +296,24 @@ impl LogStore {
                 Ok(_) => return Ok(None),
                 Err(source @ object_store::Error::AlreadyExists { .. }) => {
                     match self.get(key).await? {
+                        // Rule 2 of RFC 0004: an empty object is a pre-warmed slot nobody
+                        // wrote; write it only through a takeover.
+                        Some(existing) if existing.is_empty() => {
+                            match self.fill_empty(key, &bytes).await {
+                                Ok(prewarm::Filled::Written) => return Ok(None),
+                                // Another record got there first.
+                                Ok(prewarm::Filled::NotEmpty) => match self.get(key).await? {
+                                    Some(existing) if !existing.is_empty() => {
+                                        return Ok(Some(existing))
+                                    }
+                                    _ => source,
+                                },
+                                Err(err) => object_store::Error::Generic {
+                                    store: "weir-log",
+                                    source: Box::new(err),
+                                },
+                            }
+                        }
                         Some(existing) => return Ok(Some(existing)),
                         None => source,
                     }
@@ -250,6 +329,24 @@ impl LogStore {
             warn!(%key, attempt, error = %source, "metadata create-only write failed, retrying");
             tokio::time::sleep(backoff.next_delay(&mut rng)).await;
         }
+    }
+
+    /// Writes `bytes` into the existing empty slot object `key` through a takeover.
+    async fn fill_empty(&self, key: &Path, bytes: &Bytes) -> Result<prewarm::Filled, LogError> {
+        let Some(appendable) = &self.appendable else {
+            return Err(LogError::EmptySlot {
+                key: key.to_string(),
+            });
+        };
+        prewarm::fill_empty(appendable.as_ref(), key, bytes.clone())
+            .await
+            .map_err(|err| LogError::Store {
+                key: key.to_string(),
+                source: object_store::Error::Generic {
+                    store: "weir-log",
+                    source: Box::new(err),
+                },
+            })
     }
 
     async fn get(&self, key: &Path) -> Result<Option<Bytes>, LogError> {
@@ -314,6 +411,10 @@ impl LogStore {
         let Some(bytes) = self.get(&key).await? else {
             return Ok(None);
         };
+        if bytes.is_empty() {
+            // Rule 1 of RFC 0004: a pre-warmed slot object nobody wrote is a missing slot.
+            return Ok(None);
+        }
         let corrupt = |reason: String| LogError::CorruptSlot {
             key: key.to_string(),
             reason,
@@ -511,7 +612,8 @@ impl LogStore {
             last_dead, "found dead slots of a deposed writer, filling holes"
         );
         for seq in gap + 1..=last_dead {
-            if existing.binary_search(&seq).is_ok() {
+            // Existing records stay (dead to replay); empty pre-warmed objects are holes.
+            if existing.binary_search(&seq).is_ok() && !self.is_empty_slot(seq).await? {
                 continue;
             }
             let filler = LogRecord::new(vec![]);
@@ -534,6 +636,14 @@ impl LogStore {
             }
         }
         Ok(last_dead + 1)
+    }
+
+    /// Whether slot `seq` is an existing, empty (pre-warmed, unwritten) object.
+    async fn is_empty_slot(&self, seq: u64) -> Result<bool, LogError> {
+        Ok(self
+            .get(&keys::meta_log(seq))
+            .await?
+            .is_some_and(|bytes| bytes.is_empty()))
     }
 
     /// Fails with [`LogError::EpochTaken`] if a slot past our `NewEpoch` holds a later epoch:

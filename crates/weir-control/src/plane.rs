@@ -27,6 +27,7 @@ use crate::entry::{Entry, EntryResult};
 use crate::log::{FenceSlots, LogError, LogRecord, LogStore, Recovered};
 use crate::state::State;
 use crate::ControlError;
+use weir_storage::append::AppendableStore;
 
 mod snapshot;
 
@@ -64,6 +65,13 @@ pub struct ControlPlaneSettings {
     /// Body bytes per snapshot chunk (at most 64 MiB, the default): tests and the simulator
     /// use small chunks so that snapshots span many.
     pub snapshot_chunk_bytes: usize,
+    /// The metadata bucket's appendable view, on appendable buckets (RFC 0004): empty slot
+    /// objects are written through takeovers, and `prewarmed_slots` slot objects are created
+    /// ahead of the log's end so a slot write is one append + flush.
+    pub appendable: Option<Arc<dyn AppendableStore>>,
+    /// `control.prewarmed_slots` (0: create each slot with a create-only PUT, as without an
+    /// appendable view).
+    pub prewarmed_slots: usize,
 }
 
 impl Default for ControlPlaneSettings {
@@ -80,6 +88,8 @@ impl Default for ControlPlaneSettings {
             encode_snapshots_inline: false,
             clock: Arc::new(SystemClock),
             snapshot_chunk_bytes: crate::log::MAX_SNAPSHOT_CHUNK_BYTES,
+            appendable: None,
+            prewarmed_slots: 0,
         }
     }
 }
@@ -120,9 +130,12 @@ impl ControlPlane {
         settings: ControlPlaneSettings,
         seed: u64,
     ) -> Result<Self, LogError> {
-        let log = LogStore::new(store, settings.write_attempts)
+        let mut log = LogStore::new(store, settings.write_attempts)
             .with_clock(settings.clock.clone())
             .with_snapshot_chunk_bytes(settings.snapshot_chunk_bytes);
+        if let Some(appendable) = &settings.appendable {
+            log = log.with_appendable(appendable.clone(), settings.prewarmed_slots);
+        }
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
         let (recovered, open_claims) =
@@ -348,22 +361,24 @@ impl Writer {
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
         self.available_tx.send_replace(true);
+        self.log.prewarm_from(recovered.next_seq);
         position
     }
 
     async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut position: WriterPosition) {
         loop {
             match self.serve(&mut commands, &mut position).await {
-                Ok(()) => return,
+                Ok(()) => break,
                 Err(err) => {
                     error!(error = %err, "metadata log writer failed, recovering");
                     match self.recover_until_ok(&mut commands).await {
                         Some(recovered) => position = recovered,
-                        None => return,
+                        None => break,
                     }
                 }
             }
         }
+        self.log.close_window();
     }
 
     /// Retries recovery with backoff until it succeeds, or until shutdown (`None`).

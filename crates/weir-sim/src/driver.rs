@@ -124,8 +124,9 @@ struct Bucket {
     model: Arc<ModelStore>,
     faults: Arc<BucketFaults>,
     /// On the appendable path: the bucket's appendable view under its model (the double writes
-    /// every flush through to `raw`).
+    /// every flush through to `raw`), and the double itself (the archive reads slots from it).
     appendable: Option<Arc<dyn AppendableStore>>,
+    double: Option<MemoryAppendable>,
 }
 
 /// One agent process: its control plane (a writer of the shared metadata log), produce pipeline
@@ -322,7 +323,9 @@ fn bucket(
         None => raw.clone(),
     };
     let model = ModelStore::new(inner, profile, rng.u64(..)).expect("valid sim profile");
-    let appendable = double.map(|double| model.appendable(Arc::new(double)));
+    let appendable = double
+        .clone()
+        .map(|double| model.appendable(Arc::new(double)));
     let mut faults = BucketFaults::new(scenario.ambiguous_rate, rng.u64(..));
     if let Some(count) = create_conflicts {
         faults = faults.with_create_conflicts(
@@ -336,6 +339,7 @@ fn bucket(
         model: Arc::new(model),
         faults: Arc::new(faults),
         appendable,
+        double,
     }
 }
 
@@ -358,13 +362,16 @@ impl World {
         let buckets: Vec<Bucket> = (0..scenario.buckets)
             .map(|i| bucket(&mut rng, &scenario, &format!("sim-bucket-{i}"), None, fence))
             .collect();
+        let mut log_append_rng = fastrand::Rng::with_seed(seed ^ 0x6c6f_6761_7070);
+        scenario.log_append = scenario::LogAppendScenario::pick(&mut log_append_rng);
+        let log_fence = scenario.log_append.map(|a| a.fence);
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(
             &mut rng,
             &scenario,
             "sim-log",
             Some(&create_conflicts),
-            None,
+            log_fence,
         );
         let archive = Arc::new(LogArchive::default());
         let ledger = Arc::new(DeleteLedger::new(archive.clone()));

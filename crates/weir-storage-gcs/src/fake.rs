@@ -8,8 +8,7 @@
 //! writer. The previous writer's next flush then fails with `ABORTED`, a flush of a finalized
 //! object with `FAILED_PRECONDITION`, anything on a deleted object with `NOT_FOUND`. Bytes land
 //! only on flush, finalize or close (the real client may send them earlier; Weir's writer never
-//! hands it bytes before a flush). One assumption is not known to hold on the service: a
-//! takeover increases the object's metageneration (see the crate docs).
+//! hands it bytes before a flush).
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -11,7 +11,7 @@
 //!   `append`, then its `flush` returns the persisted size.
 //! - `takeover`: `open_object` (the object's generation, finalized or not), then
 //!   `reopen_appendable_object(.., generation)` (a new writer stream; the service refuses the
-//!   previous one), then `open_object` again for the new metageneration.
+//!   previous one).
 //! - `finalize`, `close`: the client's `finalize` (seals) and `close` (ends the stream; the
 //!   object stays open for a takeover).
 //! - `stat`, `read`: `open_object` (a `BidiReadObject` stream) and its `read_range`; they see
@@ -19,9 +19,9 @@
 //!
 //! **Generations.** A GCS object's *generation* names the object and does not change when a
 //! writer takes it over (a takeover names it to reopen the object); what fences a replaced
-//! writer is the service's one-writer rule on the append stream. The number Weir calls the
-//! writer's generation, which a takeover must increase, is therefore the object's
-//! *metageneration*: 1 for a new object, read back after each takeover.
+//! writer is the service's one-writer rule on the append stream. Weir reports the object's
+//! generation as the writer's (`AppendableMeta::generation` is for logs only) and relies on the
+//! service refusing the replaced writer, which the conformance suite checks.
 //!
 //! **What the tests prove** (`cargo nextest run -p weir-storage-gcs`, no network): the
 //! conformance suite of `weir_storage::append` passes through the client's public API
@@ -39,10 +39,7 @@
 //! `FAILED_PRECONDITION` and `OUT_OF_RANGE` all map to [`StorageError::Fenced`]); that the
 //! client's own reconnect of a replaced writer's stream (it reconnects by itself on
 //! `UNAVAILABLE` and the like, with the write handle the service gave it) cannot take the
-//! object back, since a reconnect without a handle is itself a takeover; that a takeover
-//! increases the metageneration (the in-memory bucket assumes so; if it does not, the
-//! conformance suite fails on a real bucket at the generation check while the fence itself
-//! still holds); that `open_object` reports the persisted size of an unfinalized object; and
+//! object back, since a reconnect without a handle is itself a takeover; that `open_object` reports the persisted size of an unfinalized object; and
 //! the latencies.
 
 #[cfg(not(google_cloud_unstable_storage_bidi))]
@@ -79,9 +76,6 @@ use crate::writer::RapidWriter;
 
 /// The client's prefix for bucket resource names (`projects/_/buckets/{name}`).
 const BUCKET_PREFIX: &str = "projects/_/buckets/";
-
-/// The metageneration of a new object generation, so of a writer that just created its object.
-const CREATED_METAGENERATION: u64 = 1;
 
 /// A GCS Rapid bucket's appendable objects (see the crate docs).
 pub struct GcsRapid<S = stub::DefaultStorage>
@@ -152,7 +146,7 @@ where
     }
 }
 
-/// A size or metageneration the service reported, which is never negative.
+/// A size or generation the service reported, which is never negative.
 fn non_negative(path: &Path, what: &str, value: i64) -> Result<u64, StorageError> {
     u64::try_from(value).map_err(|_| {
         StorageError::InvalidConfig(format!("{path}: the service reported {what} {value}"))
@@ -224,7 +218,8 @@ where
                 reason: format!("a new object holds {size} bytes"),
             });
         }
-        let writer = RapidWriter::new(inner, path, CREATED_METAGENERATION, 0, self.limits);
+        let generation = non_negative(path, "generation", inner.generation())?;
+        let writer = RapidWriter::new(inner, path, generation, 0, self.limits);
         Ok(Box::new(writer))
     }
 
@@ -248,7 +243,7 @@ where
             .await
             .map_err(|err| error::map(path, Op::Takeover, err))?;
         let persisted = non_negative(path, "persisted size", inner.persisted_size())?;
-        let generation = self.stat(path).await?.generation;
+        let generation = non_negative(path, "generation", object.generation)?;
         let writer = RapidWriter::new(inner, path, generation, persisted, self.limits);
         Ok(Box::new(writer))
     }
@@ -258,7 +253,7 @@ where
         Ok(AppendableMeta {
             size: non_negative(path, "size", object.size)?,
             finalized: object.finalize_time.is_some(),
-            generation: non_negative(path, "metageneration", object.metageneration)?,
+            generation: non_negative(path, "generation", object.generation)?,
         })
     }
 

@@ -66,7 +66,15 @@ async fn test_gcs_rapid_requests_carry_the_preconditions() {
     assert_eq!(reopen.object, "ingest/one");
     assert_eq!(reopen.write_handle, None, "a takeover, not a resume");
     assert!(reopen.generation > 0, "the object's generation names it");
-    assert!(taken.generation() > generation);
+    assert_eq!(
+        reopen.generation as u64, generation,
+        "the takeover reopens the object's current generation"
+    );
+    assert_eq!(
+        taken.generation(),
+        generation,
+        "a takeover keeps the generation"
+    );
 }
 
 #[tokio::test]

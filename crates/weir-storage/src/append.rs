@@ -91,7 +91,10 @@ pub struct AppendableMeta {
     pub size: u64,
     /// Whether the object was finalized (no more appends).
     pub finalized: bool,
-    /// The current writer's generation; a takeover increases it.
+    /// The backend's number for the object's current incarnation or writer (the double counts
+    /// takeovers; GCS reports the object's generation, which a takeover keeps). For logs only:
+    /// fencing is the backend's refusal of a replaced writer's appends, never a comparison of
+    /// these numbers.
     pub generation: u64,
 }
 
@@ -128,7 +131,7 @@ pub trait AppendWriter: Send + Sync + fmt::Debug {
     /// The object's key.
     fn path(&self) -> &Path;
 
-    /// The generation this writer holds.
+    /// The generation this writer holds (see [`AppendableMeta::generation`]; for logs only).
     fn generation(&self) -> u64;
 
     /// Bytes persisted by this writer's flushes (plus what was there when it took over).

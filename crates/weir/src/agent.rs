@@ -140,12 +140,20 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             snapshot_max_interval: config.control.snapshot_max_interval,
             log_gc: config.control.log_gc,
             address: format!("{advertised_host}:{}", local.port()),
+            appendable: buckets.metadata.appendable.clone(),
+            prewarmed_slots: config.control.prewarmed_slots,
             ..ControlPlaneSettings::default()
         },
         seed,
     )
     .await
     .context("recovering the control plane")?;
+    if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 {
+        info!(
+            prewarmed_slots = config.control.prewarmed_slots,
+            "metadata log slots are appended into pre-warmed objects (RFC 0004)"
+        );
+    }
     let writer = Arc::new(
         QuorumWriter::new(buckets.ingest_stores(), config.storage.quorum)?
             .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket)

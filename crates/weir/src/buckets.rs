@@ -17,7 +17,7 @@ use weir_storage::{
     StorageError, StorageStats,
 };
 
-use crate::config::{Config, IngestWriteMode, StorageConfig};
+use crate::config::{Config, StorageConfig};
 
 /// One opened bucket: its display name (URL without options), the store Weir uses (the layered
 /// store behind its [`Hold`]) and the layered store itself for the identity checks.
@@ -435,13 +435,10 @@ fn with_fault_model(stack: Stack, storage: &StorageConfig, seed: u64) -> anyhow:
     Ok(stack.modelled(model))
 }
 
-/// What a `memory://` bucket gets under a zonal profile, unless ingest writes are PUTs: the
-/// appendable double with GCS Rapid's generation fence or S3 Express's write-offset fence, and
-/// that backend's limits.
+/// What a local bucket gets under a zonal profile: the appendable double with GCS Rapid's
+/// generation fence or S3 Express's write-offset fence, and that backend's limits. Whether the
+/// data path uses it is `storage.ingest_writes`; the log, `control.prewarmed_slots`.
 fn memory_double(storage: &StorageConfig) -> Option<(FenceKind, AppendLimits)> {
-    if storage.ingest_writes == IngestWriteMode::Put {
-        return None;
-    }
     match storage.profile.as_str() {
         "gcs-rapid" => Some((FenceKind::Generation, AppendLimits::GCS_RAPID)),
         "s3-express" => Some((FenceKind::WriteOffset, AppendLimits::S3_EXPRESS)),

@@ -189,6 +189,7 @@ pub(crate) struct ControlConfig {
     pub(crate) log_gc: bool,
     #[serde(with = "humantime_serde")]
     pub(crate) agent_tip_expiry: Duration,
+    pub(crate) prewarmed_slots: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -438,6 +439,15 @@ impl Config {
             .settings()
             .validate(self.gc.orphan_age)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let probe = weir_control::log::DEAD_SLOT_PROBE as usize;
+        if self.control.prewarmed_slots > probe / 2 {
+            bail!(
+                "control.prewarmed_slots ({}) must be at most {}: a new leader looks for a \
+                 deposed writer's pre-warmed slots {probe} slots past the end of the log",
+                self.control.prewarmed_slots,
+                probe / 2
+            );
+        }
         if self.retention.default_ms < -1 || self.retention.default_bytes < -1 {
             bail!("retention.default_ms and retention.default_bytes must be -1 (forever) or more");
         }

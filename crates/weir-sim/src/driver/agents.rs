@@ -37,7 +37,9 @@ impl World {
         let switch = Arc::new(HoldSwitch::default());
         self.log_holds.push(switch.clone());
         let layer = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
-        let store: Arc<dyn ObjectStore> = Arc::new(SlotHold::new(layer, switch));
+        let store: Arc<dyn ObjectStore> = Arc::new(SlotHold::new(layer.clone(), switch));
+        let appendable = self.log_appendable(&halted, &layer);
+        let prewarmed_slots = self.scenario.log_append.map_or(0, |a| a.prewarmed_slots);
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
             snapshot_every_slots: self.scenario.snapshot_every,
@@ -50,6 +52,8 @@ impl World {
             // Snapshots of tens of KiB in chunks of 1–16 KiB, so they span several chunks and log
             // GC collects chunks too. Derived, not drawn, to keep each seed's schedule.
             snapshot_chunk_bytes: 1024 << (self.scenario.snapshot_every % 5),
+            appendable,
+            prewarmed_slots,
             ..ControlPlaneSettings::default()
         };
         let seed = self.rng.u64(..);
@@ -134,6 +138,24 @@ impl World {
         });
     }
 
+    /// The metadata bucket's appendable view for an incarnation (RFC 0004 seeds): gated like its
+    /// object view, archiving every slot record that lands, under the same layer policy.
+    fn log_appendable(
+        &self,
+        halted: &Arc<AtomicBool>,
+        layer: &Arc<dyn ObjectStore>,
+    ) -> Option<Arc<dyn AppendableStore>> {
+        let model = self.log_bucket.appendable.clone()?;
+        let double = self.log_bucket.double.clone()?;
+        let gate = GateAppendable::new(model, halted.clone(), self.log_bucket.faults.clone())
+            .with_archive(self.archive.clone(), double);
+        let stats = Arc::new(BucketStats::new("log", "free", PriceTable::FREE));
+        Some(
+            LayerStore::new(layer.clone(), LayerPolicy::default(), stats)
+                .appendable(Arc::new(gate)),
+        )
+    }
+
     /// On the appendable path, a WriterPool over this incarnation's gated, layered appendable
     /// views of the buckets; else PUTs.
     fn ingest_writes(
@@ -166,7 +188,8 @@ impl World {
             stores.to_vec(),
             self.scenario.quorum,
             clock,
-            u64::from(number) << 16 ^ self.rng.u64(..),
+            // Not drawn from the seed's generator, which would move every later fault.
+            u64::from(number) << 16 ^ 0x706f_6f6c,
         )
         .expect("valid pool quorum");
         let pool = WriterPool::start(loader, append.pool);

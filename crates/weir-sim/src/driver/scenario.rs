@@ -52,6 +52,40 @@ pub(super) struct Scenario {
     pub(super) expiry: super::expiry::ExpiryScenario,
     /// Files appended into pooled objects instead of PUT (its own generator, as `gc`).
     pub(super) append: Option<AppendScenario>,
+    /// The metadata log on an appendable bucket with pre-warmed slots (RFC 0004; its own
+    /// generator).
+    pub(super) log_append: Option<LogAppendScenario>,
+}
+
+/// The metadata bucket's fence kind and how many slots each writer pre-warms (0: none, but
+/// empty slot objects are still written through takeovers).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LogAppendScenario {
+    pub(super) fence: FenceKind,
+    pub(super) prewarmed_slots: usize,
+}
+
+impl LogAppendScenario {
+    /// Half the seeds.
+    pub(super) fn pick(rng: &mut fastrand::Rng) -> Option<Self> {
+        if rng.bool() {
+            return None;
+        }
+        Some(LogAppendScenario {
+            fence: [FenceKind::Generation, FenceKind::WriteOffset][rng.usize(..2)],
+            prewarmed_slots: rng.usize(0..=8),
+        })
+    }
+
+    pub(super) fn describe(this: &Option<Self>) -> String {
+        match this {
+            Some(a) => format!(
+                "log on appendable slots ({:?} fence, {} pre-warmed)",
+                a.fence, a.prewarmed_slots
+            ),
+            None => "log by create-only PUTs".to_string(),
+        }
+    }
 }
 
 /// The appendable ingest path: the double's fence kind and the WriterPool's settings.
@@ -137,6 +171,7 @@ impl Scenario {
             sweep: sweep::SweepScenario::default(),
             expiry: super::expiry::ExpiryScenario::default(),
             append: None,
+            log_append: None,
         }
     }
 
@@ -149,7 +184,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}; {}; files by {}",
+             snapshot every {} slots{}; {}; {}; {}; files by {}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -173,6 +208,7 @@ impl Scenario {
             self.sweep.describe(),
             self.expiry.describe(),
             AppendScenario::describe(&self.append),
+            LogAppendScenario::describe(&self.log_append),
         )
     }
 }
