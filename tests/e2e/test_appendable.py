@@ -44,6 +44,8 @@ def test_appendable_roundtrip_through_the_pool(agent, profile):
     agent.stop()
     agent.start(extra_args=zonal(agent, profile))
     assert "ingest files are appended into pooled objects" in agent.log_text()
+    # The metadata log (in bucket 0) appends its slots into pre-warmed objects too (RFC 0004).
+    assert "metadata log slots are appended into pre-warmed objects" in agent.log_text()
     topic = unique("append")
     ck_create_topics(agent.bootstrap, {topic: 3})
     recs = [Rec(topic, i % 3, f"k{i}".encode(), f"value-{i}".encode() * 8) for i in range(600)]
@@ -70,7 +72,9 @@ def test_appendable_roundtrip_through_the_pool(agent, profile):
 
 @pytest.mark.parametrize("seed", [11])
 def test_appendable_kill9_during_appends(agent, seed):
-    """kill -9 three times under load while files are being appended into pooled objects."""
+    """kill -9 three times under load while files are appended into pooled objects and log
+    slots into pre-warmed ones: each restart takes over the dead process's empty pre-warmed
+    slots (RFC 0004 hole filling) before it writes."""
     rng = random.Random(seed)
     flags = zonal(agent, "gcs-rapid")
     agent.stop()

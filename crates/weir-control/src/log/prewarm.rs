@@ -2,7 +2,7 @@
 //!
 //! A [`SlotWindow`] keeps the next slots' objects created ahead of need, empty and unfinalized,
 //! with their writers, so writing slot `s` is one append + flush instead of creating an object
-//! (~90 ms on GCS Rapid). [`fill_empty`] is rule 2: an existing empty slot object is written only
+//! (~75–110 ms on GCS Rapid). [`fill_empty`] is rule 2: an existing empty slot object is written only
 //! through a takeover, which fences whoever else holds it.
 //!
 //! The window covers `[from, from + size)` after each write of `from - 1`; creates run in the
