@@ -343,6 +343,26 @@ impl MemoryWriter {
         result
     }
 
+    /// Write-through mode: the inner store's copy must still be the size this process last
+    /// wrote. Another process's double over the same directory (a second agent on the same
+    /// `file://` bucket) fences only within its own process, so this is the check that stops
+    /// this writer from appending behind the other's record. Not atomic with the rewrite that
+    /// follows: the double is for one agent per bucket, and this only narrows the window.
+    async fn check_inner_unchanged(&self, object: &Object) -> Result<(), StorageError> {
+        let current = self.shared.inner.head(&self.path).await?.size;
+        if current != object.size {
+            return Err(StorageError::Fenced {
+                path: self.path.to_string(),
+                reason: format!(
+                    "the object holds {current} bytes, this writer last saw {}: another \
+                     process wrote it",
+                    object.size
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Checks ownership and appends the pending bytes, under the object's lock.
     async fn apply(&mut self, finalize: bool) -> Result<u64, StorageError> {
         let entry = self.entry.clone();
@@ -359,6 +379,7 @@ impl MemoryWriter {
         self.check_owner(&object)?;
         if self.pending_len > 0 {
             if self.shared.write_through {
+                self.check_inner_unchanged(&object).await?;
                 let mut whole = self.shared.bytes_of(&self.path, &object).await?.to_vec();
                 for chunk in &self.pending {
                     whole.extend_from_slice(chunk);
@@ -679,6 +700,26 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(listed.objects[0].size, 8);
+    }
+
+    #[tokio::test]
+    async fn test_write_through_writer_fenced_by_another_process_over_the_same_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            let inner = Arc::new(crate::url::local_store(dir.path()).unwrap());
+            MemoryAppendable::write_through(inner, FenceKind::Generation, AppendLimits::GCS_RAPID)
+        };
+        let (first, second) = (open(), open());
+        let path = Path::from("meta/log/00000000000000000001");
+        let mut old = first.create(&path).await.unwrap();
+        let mut new = second.takeover(&path).await.unwrap();
+        new.append(0, Bytes::from_static(b"theirs")).await.unwrap();
+        new.flush().await.unwrap();
+        old.append(0, Bytes::from_static(b"ours")).await.unwrap();
+        let err = old.flush().await.unwrap_err();
+        assert!(matches!(err, StorageError::Fenced { .. }), "{err}");
+        let got = second.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"theirs");
     }
 
     #[tokio::test]
