@@ -37,6 +37,11 @@ use weir_storage::keys;
 use crate::entry::Entry;
 use crate::state::State;
 
+/// Records larger than this skip the pre-warmed slot and go by create-only PUT (RFC 0004): the
+/// log relies on one flush landing whole, which a backend's single write message (GCS Rapid
+/// sends data in 2 MiB messages) is trusted to do; a larger record would span several.
+pub const PREWARM_MAX_RECORD: usize = 1 << 20;
+
 /// How far past the first gap recovery looks for dead slots of a deposed writer. It must exceed
 /// any writer's `max_inflight_writes`.
 pub const DEAD_SLOT_PROBE: u64 = 64;
@@ -215,7 +220,7 @@ impl LogStore {
     /// Starts (or moves) the window of pre-warmed slots at `next_seq`, the writer's next slot.
     pub fn prewarm_from(&self, next_seq: u64) {
         if let Some(window) = &self.window {
-            window.extend(next_seq);
+            window.start(next_seq);
         }
     }
 
@@ -254,7 +259,11 @@ impl LogStore {
     /// fails (fenced, or an answer lost), the create-only path below reads what the slot holds.
     pub async fn write_slot(&self, seq: u64, epoch: u64, bytes: Bytes) -> Result<(), LogError> {
         let key = keys::meta_log(seq);
-        if let Some(writer) = self.window.as_ref().and_then(|w| w.take(seq)) {
+        let window = self
+            .window
+            .as_ref()
+            .filter(|_| bytes.len() <= PREWARM_MAX_RECORD);
+        if let Some(writer) = window.and_then(|w| w.take(seq)) {
             match prewarm::write_into(writer, bytes.clone()).await {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
@@ -533,6 +542,9 @@ impl LogStore {
         address: &str,
         new_cluster_id: &str,
     ) -> Result<Recovered, LogError> {
+        if let Some(window) = &self.window {
+            window.pause();
+        }
         let epoch = self.claim_epoch(address).await?;
         self.take_over(epoch, new_cluster_id).await
     }

@@ -141,8 +141,9 @@ impl Auditor {
         }
     }
 
-    /// Accepts DELETEs of files no entry names (a WriterPool discarding unused objects), and
-    /// checks instead that no such file commits afterwards.
+    /// Accepts DELETEs of empty files no entry names (a WriterPool discarding unused objects),
+    /// and checks instead that no such file commits afterwards. A DELETE of a written file stays
+    /// subject to the release and sweep rules.
     pub(crate) fn with_pool_discards(mut self) -> Auditor {
         self.pool_discards = Some(BTreeMap::new());
         self
@@ -190,9 +191,9 @@ impl Auditor {
                     delete.bucket,
                     self.durable.next_seq()
                 ));
-            } else if !delete.repeat
-                && !self.deletable(&delete.key)
-                && !self.pool_discard(&delete.key, delete.bucket)
+            } else if !(delete.repeat
+                || self.deletable(&delete.key)
+                || (delete.empty && self.pool_discard(&delete.key, delete.bucket)))
             {
                 violations.push(format!(
                     "GC-1: bucket {} saw a DELETE of {}, neither released in the durable state \

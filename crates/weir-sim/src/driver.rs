@@ -374,7 +374,17 @@ impl World {
             log_fence,
         );
         let archive = Arc::new(LogArchive::default());
-        let ledger = Arc::new(DeleteLedger::new(archive.clone()));
+        if let Some(double) = &log_bucket.double {
+            // Every slot record that lands on an append, inside the flush (never cancelled).
+            let archive = archive.clone();
+            double.set_landing_hook(Arc::new(move |path, bytes| {
+                archive.landed(path, bytes, true)
+            }));
+        }
+        let ledger = Arc::new(DeleteLedger::new(
+            archive.clone(),
+            buckets.iter().map(|b| b.raw.clone()).collect(),
+        ));
         let mut auditor = Auditor::new(
             log_bucket.raw.clone(),
             archive.clone(),

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use object_store::memory::InMemory;
 use object_store::path::Path;
+use object_store::ObjectStoreExt;
 use tokio::time::Instant;
 use weir_storage::keys;
 
@@ -22,6 +24,8 @@ pub(crate) struct DeleteSeen {
     pub(crate) durable_slots: u64,
     /// The key was deleted before (another holder, a retry, a late copy): checked then.
     pub(crate) repeat: bool,
+    /// The object was empty when deleted (an unused pooled object: the WriterPool's discard).
+    pub(crate) empty: bool,
 }
 
 #[derive(Debug)]
@@ -36,16 +40,20 @@ pub(crate) struct DeleteLedger {
     first: Mutex<BTreeMap<Path, Instant>>,
     /// PUTs of a data file that landed after a DELETE of it (background copies).
     late_copies: AtomicU64,
+    /// The data buckets' raw stores, to see whether a deleted object was empty.
+    raws: Vec<Arc<InMemory>>,
 }
 
 impl DeleteLedger {
-    pub(crate) fn new(archive: Arc<LogArchive>) -> DeleteLedger {
+    /// A ledger over the data buckets' raw stores `raws` (indexed as gates name buckets).
+    pub(crate) fn new(archive: Arc<LogArchive>, raws: Vec<Arc<InMemory>>) -> DeleteLedger {
         DeleteLedger {
             archive,
             durable_hint: AtomicU64::new(0),
             unchecked: Mutex::new(Vec::new()),
             first: Mutex::new(BTreeMap::new()),
             late_copies: AtomicU64::new(0),
+            raws,
         }
     }
 
@@ -65,6 +73,10 @@ impl DeleteLedger {
             return;
         }
         let durable_slots = self.durable_slots();
+        let empty = match self.raws.get(bucket) {
+            Some(raw) => raw.head(key).await.is_ok_and(|meta| meta.size == 0),
+            None => false,
+        };
         let repeat = lock(&self.first).contains_key(key);
         lock(&self.first)
             .entry(key.clone())
@@ -74,6 +86,7 @@ impl DeleteLedger {
             bucket,
             durable_slots,
             repeat,
+            empty,
         });
     }
 

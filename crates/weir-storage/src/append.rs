@@ -149,7 +149,8 @@ pub trait AppendWriter: Send + Sync + fmt::Debug {
     async fn append(&mut self, offset: u64, data: Bytes) -> Result<(), StorageError>;
 
     /// Makes every appended byte durable and readable; returns the persisted size. A failure
-    /// breaks the writer (see the module docs).
+    /// breaks the writer (see the module docs). The metadata log (RFC 0004) assumes a flush of
+    /// at most 1 MiB lands whole or not at all.
     async fn flush(&mut self) -> Result<u64, StorageError>;
 
     /// Flushes, then seals the object (no more appends by anyone); returns its final size.

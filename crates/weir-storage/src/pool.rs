@@ -309,6 +309,9 @@ fn refill<L: PoolLoader>(inner: &Arc<Inner<L>>) {
 }
 
 async fn load_one<L: PoolLoader>(inner: Arc<Inner<L>>) {
+    // An item's age counts from when its load started: its objects (and its file id) may be that
+    // old when the load ends after a slow bucket's create.
+    let started = Instant::now();
     let result = inner.loader.load().await;
     let surplus = {
         let mut state = inner.lock();
@@ -320,7 +323,7 @@ async fn load_one<L: PoolLoader>(inner: Arc<Inner<L>>) {
                 state.backoff_until = None;
                 let now = Instant::now();
                 if state.ready.len() < inner.wanted(&state, now) {
-                    state.ready.push_back((now, item));
+                    state.ready.push_back((started, item));
                     None
                 } else {
                     Some(item)

@@ -166,6 +166,13 @@ impl QuorumWriter {
         writers: Vec<Option<Box<dyn AppendWriter>>>,
         parts: &[Bytes],
     ) -> Result<Vec<usize>, StorageError> {
+        if writers.len() != self.buckets.len() {
+            return Err(StorageError::InvalidConfig(format!(
+                "{} open objects for {} buckets",
+                writers.len(),
+                self.buckets.len()
+            )));
+        }
         let bytes = parts.iter().map(|p| p.len() as u64).sum();
         let writes = writers
             .into_iter()

@@ -339,6 +339,7 @@ fn ingest_writes(
         ),
         (_, Some(appendable)) => appendable,
     };
+    config.validate_pool()?;
     let settings = config.storage.pool.settings();
     let loader = IngestLoader::new(
         appendable,

@@ -331,6 +331,26 @@ impl Config {
         Ok(config)
     }
 
+    /// The WriterPool's settings against the rest, checked when an agent starts a pool (the
+    /// PUT path has none, so a short `gc.orphan_age` in a test does not trip it).
+    pub(crate) fn validate_pool(&self) -> anyhow::Result<()> {
+        self.storage
+            .pool
+            .settings()
+            .validate(self.gc.orphan_age)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if self.control.agent_tip_expiry <= self.storage.pool.max_item_age * 2 {
+            bail!(
+                "control.agent_tip_expiry ({:?}) must exceed twice storage.pool.max_item_age \
+                 ({:?}): a pooled file's id is up to that old when it commits, and the commit \
+                 chain of a busy agent must not expire under it",
+                self.control.agent_tip_expiry,
+                self.storage.pool.max_item_age
+            );
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
         if self.storage.quorum == 0 {
             bail!("storage.quorum must be at least 1");
@@ -434,11 +454,6 @@ impl Config {
                  be positive"
             );
         }
-        self.storage
-            .pool
-            .settings()
-            .validate(self.gc.orphan_age)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let probe = weir_control::log::DEAD_SLOT_PROBE as usize;
         if self.control.prewarmed_slots > probe / 2 {
             bail!(

@@ -81,6 +81,12 @@ struct Window {
     asked_below: u64,
     /// Slots below this one are written or abandoned: creates that finish for them are closed.
     done_below: u64,
+    /// Whether the window moves with writes: from `start` (after a recovery) until `pause`
+    /// (before the next one). Recovery's own writes must not pre-create slots, or its hole
+    /// filling would find them and fill them.
+    active: bool,
+    /// Closed for good (the writer stopped): creates that finish are closed at once.
+    closed: bool,
 }
 
 /// Pre-created slot objects ahead of the log's end (see the module docs).
@@ -120,9 +126,29 @@ impl SlotWindow {
         writer
     }
 
-    /// Makes sure the slots `[from, from + size)` are created or being created.
-    pub(crate) fn extend(self: &Arc<Self>, from: u64) {
+    /// Starts (or moves) the window at `next_seq`, the writer's next slot after a recovery.
+    pub(crate) fn start(self: &Arc<Self>, next_seq: u64) {
+        self.lock().active = true;
+        self.extend(next_seq);
+    }
+
+    /// Stops moving the window (a recovery is about to write); ready writers stay for the slots
+    /// they were made for, and those below the next start are closed by it.
+    pub(crate) fn pause(&self) {
+        self.lock().active = false;
+    }
+
+    /// Makes sure the slots `[from, from + size)` are created or being created, and closes
+    /// ready writers of slots below `from` (written another way, or before a re-recovery).
+    fn extend(self: &Arc<Self>, from: u64) {
         let mut window = self.lock();
+        if !window.active || window.closed {
+            return;
+        }
+        window.done_below = window.done_below.max(from);
+        let keep = window.ready.split_off(&from);
+        let stale = std::mem::replace(&mut window.ready, keep);
+        close_all(stale.into_values());
         window.asked_below = window.asked_below.max(from);
         let end = from + self.size;
         while window.asked_below < end {
@@ -138,7 +164,13 @@ impl SlotWindow {
     /// Every ready writer, for a clean stop (the objects stay for the next writer's hole
     /// filling or its own window).
     pub(crate) fn close(&self) {
-        let ready = std::mem::take(&mut self.lock().ready);
+        let ready = {
+            let mut window = self.lock();
+            window.closed = true;
+            window.active = false;
+            window.done_below = u64::MAX;
+            std::mem::take(&mut window.ready)
+        };
         close_all(ready.into_values());
     }
 

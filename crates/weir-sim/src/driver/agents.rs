@@ -139,16 +139,14 @@ impl World {
     }
 
     /// The metadata bucket's appendable view for an incarnation (RFC 0004 seeds): gated like its
-    /// object view, archiving every slot record that lands, under the same layer policy.
+    /// object view, under the same layer policy (the bucket's double archives what lands).
     fn log_appendable(
         &self,
         halted: &Arc<AtomicBool>,
         layer: &Arc<dyn ObjectStore>,
     ) -> Option<Arc<dyn AppendableStore>> {
         let model = self.log_bucket.appendable.clone()?;
-        let double = self.log_bucket.double.clone()?;
-        let gate = GateAppendable::new(model, halted.clone(), self.log_bucket.faults.clone())
-            .with_archive(self.archive.clone(), double);
+        let gate = GateAppendable::new(model, halted.clone(), self.log_bucket.faults.clone());
         let stats = Arc::new(BucketStats::new("log", "free", PriceTable::FREE));
         Some(
             LayerStore::new(layer.clone(), LayerPolicy::default(), stats)

@@ -1,10 +1,8 @@
 //! The gate over a bucket's appendable view: requests an incarnation sends after its death never
 //! return (those in flight still land, as for the object view), and the bucket's slowness
 //! applies. Lost appends and appends whose answer is lost come from the model below.
-//!
-//! On the metadata bucket the gate copies every slot record that landed to the [`LogArchive`]:
-//! after each flush, whatever its answer, it reads the slot from the double beneath the model
-//! (the bucket's truth, no latency), so a record whose answer was lost is archived too.
+//! (The metadata bucket's double itself archives every slot record that lands: see the
+//! driver's landing hook.)
 
 use std::ops::Range;
 use std::sync::atomic::AtomicBool;
@@ -18,11 +16,7 @@ use weir_storage::append::{
 };
 use weir_storage::StorageError;
 
-use weir_storage::append::memory::MemoryAppendable;
-use weir_storage::keys;
-
 use super::{pass, BucketFaults};
-use crate::archive::LogArchive;
 
 /// One incarnation's appendable view of one bucket.
 #[derive(Debug)]
@@ -30,32 +24,6 @@ pub(crate) struct GateAppendable {
     inner: Arc<dyn AppendableStore>,
     halted: Arc<AtomicBool>,
     faults: Arc<BucketFaults>,
-    archive: Option<Archiving>,
-}
-
-/// Where landed slot records go, and the bucket's double to read them from.
-#[derive(Debug, Clone)]
-struct Archiving {
-    archive: Arc<LogArchive>,
-    double: MemoryAppendable,
-}
-
-impl Archiving {
-    /// Copies the record of `path` (a log slot) to the archive if one landed.
-    async fn copy(&self, path: &Path) {
-        if keys::parse_meta_log(path).is_none() {
-            return;
-        }
-        let Ok(meta) = self.double.stat(path).await else {
-            return;
-        };
-        if meta.size == 0 {
-            return;
-        }
-        if let Ok(bytes) = self.double.read(path, 0..meta.size).await {
-            self.archive.landed(path, bytes, true);
-        }
-    }
 }
 
 impl GateAppendable {
@@ -68,18 +36,7 @@ impl GateAppendable {
             inner,
             halted,
             faults,
-            archive: None,
         }
-    }
-
-    /// Archives every log slot record that lands through this gate, read from `double`.
-    pub(crate) fn with_archive(
-        mut self,
-        archive: Arc<LogArchive>,
-        double: MemoryAppendable,
-    ) -> GateAppendable {
-        self.archive = Some(Archiving { archive, double });
-        self
     }
 
     fn wrap(&self, inner: Box<dyn AppendWriter>) -> Box<dyn AppendWriter> {
@@ -87,7 +44,6 @@ impl GateAppendable {
             inner,
             halted: self.halted.clone(),
             faults: self.faults.clone(),
-            archive: self.archive.clone(),
         })
     }
 }
@@ -128,7 +84,6 @@ struct GateWriter {
     inner: Box<dyn AppendWriter>,
     halted: Arc<AtomicBool>,
     faults: Arc<BucketFaults>,
-    archive: Option<Archiving>,
 }
 
 #[async_trait]
@@ -159,21 +114,12 @@ impl AppendWriter for GateWriter {
 
     async fn flush(&mut self) -> Result<u64, StorageError> {
         pass(&self.halted, &self.faults).await;
-        let result = self.inner.flush().await;
-        if let Some(archiving) = &self.archive {
-            archiving.copy(self.inner.path()).await;
-        }
-        result
+        self.inner.flush().await
     }
 
     async fn finalize(self: Box<Self>) -> Result<u64, StorageError> {
         pass(&self.halted, &self.faults).await;
-        let path = self.inner.path().clone();
-        let result = self.inner.finalize().await;
-        if let Some(archiving) = &self.archive {
-            archiving.copy(&path).await;
-        }
-        result
+        self.inner.finalize().await
     }
 
     async fn close(self: Box<Self>) -> Result<(), StorageError> {

@@ -51,6 +51,9 @@ struct Object {
     size: u64,
     generation: u64,
     finalized: bool,
+    /// Counts writers handed out (create and every takeover), whatever the fence kind: a
+    /// writer's close forgets the object only if no later writer exists.
+    handles: u64,
 }
 
 type Entry = Arc<tokio::sync::Mutex<Object>>;
@@ -64,6 +67,20 @@ struct Shared {
     fence: FenceKind,
     limits: AppendLimits,
     write_through: bool,
+    /// Told every object's whole bytes each time a flush lands (the simulator's log archive).
+    landed: Mutex<Option<Hook>>,
+}
+
+/// See [`MemoryAppendable::set_landing_hook`].
+pub type LandingHook = Arc<dyn Fn(&Path, Bytes) + Send + Sync>;
+
+#[derive(Clone)]
+struct Hook(LandingHook);
+
+impl fmt::Debug for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LandingHook")
+    }
 }
 
 impl Shared {
@@ -73,6 +90,11 @@ impl Shared {
 
     fn sizes(&self) -> MutexGuard<'_, HashMap<Path, u64>> {
         self.sizes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn landed_hook(&self) -> Option<LandingHook> {
+        let hook = self.landed.lock().unwrap_or_else(|e| e.into_inner());
+        hook.as_ref().map(|h| h.0.clone())
     }
 
     fn forget(&self, path: &Path) {
@@ -144,8 +166,16 @@ impl MemoryAppendable {
                 fence,
                 limits,
                 write_through,
+                landed: Mutex::default(),
             }),
         }
+    }
+
+    /// Calls `hook` with an object's key and all its bytes every time a flush into it lands,
+    /// inside the flush (which completes even if its caller stops waiting), so an observer sees
+    /// every append that landed, including those whose answer was lost above.
+    pub fn set_landing_hook(&self, hook: LandingHook) {
+        *self.shared.landed.lock().unwrap_or_else(|e| e.into_inner()) = Some(Hook(hook));
     }
 
     /// A write-through bucket over `inner` (see [`Self::over`]).
@@ -234,15 +264,12 @@ impl AppendableStore for MemoryAppendable {
         if self.shared.fence == FenceKind::Generation {
             object.generation += 1;
         }
-        let (generation, size) = (object.generation, object.size);
+        object.handles += 1;
+        let (generation, size, handle) = (object.generation, object.size, object.handles);
         drop(object);
-        Ok(Box::new(MemoryWriter::new(
-            &self.shared,
-            entry,
-            path,
-            generation,
-            size,
-        )))
+        let mut writer = MemoryWriter::new(&self.shared, entry, path, generation, size);
+        writer.handle = handle;
+        Ok(Box::new(writer))
     }
 
     async fn stat(&self, path: &Path) -> Result<AppendableMeta, StorageError> {
@@ -281,6 +308,8 @@ struct MemoryWriter {
     pending_len: u64,
     flushes: u64,
     broken: bool,
+    /// Which writer of the object this is (`Object::handles` when it was handed out).
+    handle: u64,
 }
 
 impl MemoryWriter {
@@ -301,10 +330,69 @@ impl MemoryWriter {
             pending_len: 0,
             flushes: 0,
             broken: false,
+            handle: 0,
         }
     }
 
-    /// Checks that this writer still owns the object, as the backend would on a request.
+    async fn do_flush(&mut self, finalize: bool) -> Result<u64, StorageError> {
+        if self.broken {
+            return Err(broken(&self.path));
+        }
+        let limits = self.shared.limits;
+        if self.pending_len > 0 && self.flushes >= limits.max_appends {
+            return Err(StorageError::ObjectFull {
+                path: self.path.to_string(),
+                reason: format!("{} appends made, the limit", self.flushes),
+            });
+        }
+        let job = FlushJob {
+            shared: self.shared.clone(),
+            entry: self.entry.clone(),
+            path: self.path.clone(),
+            generation: self.generation,
+            persisted: self.persisted,
+            pending: self.pending.clone(),
+            pending_len: self.pending_len,
+            finalize,
+        };
+        // A request on the wire completes even if its caller stops waiting: the flush runs as
+        // its own task, so the object's state never stops halfway (bytes written, size not).
+        let result = match tokio::spawn(job.run()).await {
+            Ok(result) => result,
+            Err(join) => Err(StorageError::from(object_store::Error::from(join))),
+        };
+        match result {
+            Ok(size) => {
+                if self.pending_len > 0 {
+                    self.flushes += 1;
+                }
+                self.pending.clear();
+                self.pending_len = 0;
+                self.persisted = size;
+                Ok(size)
+            }
+            Err(err) => {
+                self.broken = true;
+                Err(err)
+            }
+        }
+    }
+}
+
+/// One flush as the backend sees it: the writer's claim (generation, offset) and its bytes.
+struct FlushJob {
+    shared: Arc<Shared>,
+    entry: Entry,
+    path: Path,
+    generation: u64,
+    persisted: u64,
+    pending: Vec<Bytes>,
+    pending_len: u64,
+    finalize: bool,
+}
+
+impl FlushJob {
+    /// Checks that the writer still owns the object, as the backend would on a request.
     fn check_owner(&self, object: &Object) -> Result<(), StorageError> {
         if object.finalized {
             return Err(finalized(&self.path));
@@ -323,24 +411,6 @@ impl MemoryWriter {
             });
         }
         Ok(())
-    }
-
-    async fn do_flush(&mut self, finalize: bool) -> Result<u64, StorageError> {
-        if self.broken {
-            return Err(broken(&self.path));
-        }
-        let limits = self.shared.limits;
-        if self.pending_len > 0 && self.flushes >= limits.max_appends {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!("{} appends made, the limit", self.flushes),
-            });
-        }
-        let result = self.apply(finalize).await;
-        if result.is_err() {
-            self.broken = true;
-        }
-        result
     }
 
     /// Write-through mode: the inner store's copy must still be the size this process last
@@ -363,8 +433,15 @@ impl MemoryWriter {
         Ok(())
     }
 
-    /// Checks ownership and appends the pending bytes, under the object's lock.
-    async fn apply(&mut self, finalize: bool) -> Result<u64, StorageError> {
+    fn tell_landed(&self, bytes: Bytes) {
+        if let Some(hook) = self.shared.landed_hook() {
+            hook(&self.path, bytes);
+        }
+    }
+
+    /// Checks ownership and appends the pending bytes under the object's lock; returns the
+    /// persisted size.
+    async fn run(self) -> Result<u64, StorageError> {
         let entry = self.entry.clone();
         let mut object = entry.lock().await;
         let known = self
@@ -384,26 +461,27 @@ impl MemoryWriter {
                 for chunk in &self.pending {
                     whole.extend_from_slice(chunk);
                 }
+                let whole = Bytes::from(whole);
                 self.shared
                     .inner
-                    .put(&self.path, PutPayload::from(whole))
+                    .put(&self.path, PutPayload::from(whole.clone()))
                     .await?;
+                self.tell_landed(whole);
             } else {
                 for chunk in &self.pending {
                     object.data.extend_from_slice(chunk);
                 }
+                if self.shared.landed_hook().is_some() {
+                    self.tell_landed(Bytes::copy_from_slice(&object.data));
+                }
             }
             object.size += self.pending_len;
-            self.flushes += 1;
-            self.pending.clear();
-            self.pending_len = 0;
         }
-        object.finalized = finalize;
-        self.persisted = object.size;
+        object.finalized = self.finalize;
         if !self.shared.write_through {
             self.shared.sizes().insert(self.path.clone(), object.size);
         }
-        Ok(self.persisted)
+        Ok(object.size)
     }
 }
 
@@ -462,7 +540,7 @@ impl AppendWriter for MemoryWriter {
             // The inner store has everything; forget the object unless another writer took it
             // over since (a later takeover reloads it from the inner store).
             let object = self.entry.lock().await;
-            if object.generation == self.generation && !object.finalized {
+            if object.handles == self.handle && !object.finalized {
                 let mut objects = self.shared.objects();
                 if objects
                     .get(&self.path)

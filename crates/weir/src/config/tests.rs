@@ -193,3 +193,34 @@ fn test_config_snapshot_every_slots_is_an_alias_of_snapshot_max_slots() {
     );
     assert!(!config.control.log_gc);
 }
+
+#[test]
+fn test_config_appendable_ingest_keys_and_their_bounds() {
+    let config = Config::load(None, Vec::new()).unwrap();
+    assert_eq!(config.storage.ingest_writes, IngestWriteMode::Auto);
+    assert_eq!(config.storage.pool.target_ready, 48);
+    assert_eq!(config.control.prewarmed_slots, 8);
+    let put = Config::load(None, env(&[("WEIR_STORAGE_INGEST_WRITES", "put")])).unwrap();
+    assert_eq!(put.storage.ingest_writes, IngestWriteMode::Put);
+    assert!(Config::load(None, env(&[("WEIR_STORAGE_INGEST_WRITES", "sometimes")])).is_err());
+    config.validate_pool().unwrap();
+    // The pool's items must expire before the orphan sweep could delete them. Checked when a
+    // pool starts: the PUT path has none, so its tests may use a short orphan age.
+    let short = env(&[("WEIR_GC_ORPHAN_AGE", "4m")]);
+    let err = Config::load(None, short)
+        .unwrap()
+        .validate_pool()
+        .unwrap_err();
+    assert!(err.to_string().contains("gc.orphan_age"), "{err}");
+    // A busy agent's commit chain must outlive its oldest pooled file id.
+    let tip = env(&[("WEIR_CONTROL_AGENT_TIP_EXPIRY", "10m")]);
+    let err = Config::load(None, tip)
+        .unwrap()
+        .validate_pool()
+        .unwrap_err();
+    assert!(err.to_string().contains("agent_tip_expiry"), "{err}");
+    let err = Config::load(None, env(&[("WEIR_CONTROL_PREWARMED_SLOTS", "33")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("prewarmed_slots"), "{err}");
+}
