@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use google_cloud_storage::appendable_object_writer::AppendableObjectWriter;
 use object_store::path::Path;
-use weir_storage::append::{broken, wrong_offset, AppendLimits, AppendWriter};
+use weir_storage::append::{broken, AppendLimits, AppendWriter, Pending};
 use weir_storage::StorageError;
 
 use crate::error::{self, Op};
@@ -22,8 +22,7 @@ pub(crate) struct RapidWriter {
     path: Path,
     generation: u64,
     persisted: u64,
-    pending: Vec<Bytes>,
-    pending_len: u64,
+    pending: Pending,
     flushes: u64,
     limits: AppendLimits,
 }
@@ -42,8 +41,7 @@ impl RapidWriter {
             path: path.clone(),
             generation,
             persisted,
-            pending: Vec::new(),
-            pending_len: 0,
+            pending: Pending::default(),
             flushes: 0,
             limits,
         }
@@ -58,24 +56,19 @@ impl RapidWriter {
     fn fail(&mut self, err: StorageError) -> StorageError {
         self.inner = None;
         self.pending.clear();
-        self.pending_len = 0;
         err
     }
 
     /// Refuses a flush carrying bytes once the object took its last append.
     fn check_append_count(&self) -> Result<(), StorageError> {
-        if self.pending_len > 0 && self.flushes >= self.limits.max_appends {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!("{} appends made, the limit", self.flushes),
-            });
-        }
-        Ok(())
+        self.pending
+            .check_append_count(&self.path, &self.limits, self.flushes)
     }
 
-    /// Hands every pending chunk to the client writer.
+    /// Hands every pending chunk to the client writer (they stay counted until the flush answers,
+    /// which `check_size` compares against).
     async fn send_pending(&mut self) -> Result<(), StorageError> {
-        let chunks = std::mem::take(&mut self.pending);
+        let chunks = self.pending.chunks().to_vec();
         let inner = self.inner.as_mut().ok_or_else(|| broken(&self.path))?;
         for chunk in chunks {
             if let Err(err) = inner.append(chunk).await {
@@ -88,7 +81,7 @@ impl RapidWriter {
     /// Checks the size the service reports after a flush or finalize against what this writer
     /// sent: anything else means another writer changed the object under us.
     fn check_size(&self, reported: i64) -> Result<u64, StorageError> {
-        let expected = self.persisted + self.pending_len;
+        let expected = self.persisted + self.pending.len();
         if reported < 0 || reported as u64 != expected {
             return Err(StorageError::Fenced {
                 path: self.path.to_string(),
@@ -133,7 +126,7 @@ impl AppendWriter for RapidWriter {
     }
 
     fn offset(&self) -> u64 {
-        self.persisted + self.pending_len
+        self.persisted + self.pending.len()
     }
 
     fn flushes(&self) -> u64 {
@@ -142,22 +135,8 @@ impl AppendWriter for RapidWriter {
 
     async fn append(&mut self, offset: u64, data: Bytes) -> Result<(), StorageError> {
         self.inner()?;
-        if offset != self.offset() {
-            return Err(wrong_offset(&self.path, self.offset(), offset));
-        }
-        let end = offset + data.len() as u64;
-        if end > self.limits.max_bytes {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!(
-                    "{end} bytes would pass the {}-byte limit",
-                    self.limits.max_bytes
-                ),
-            });
-        }
-        self.pending_len += data.len() as u64;
-        self.pending.push(data);
-        Ok(())
+        self.pending
+            .push(&self.path, &self.limits, self.persisted, offset, data)
     }
 
     /// Flushes through the client even with nothing pending, so a replaced writer learns it
@@ -165,11 +144,11 @@ impl AppendWriter for RapidWriter {
     async fn flush(&mut self) -> Result<u64, StorageError> {
         self.inner()?;
         self.check_append_count()?;
-        let carried = self.pending_len > 0;
+        let carried = !self.pending.is_empty();
         match self.flush_inner().await {
             Ok(size) => {
                 self.persisted = size;
-                self.pending_len = 0;
+                self.pending.clear();
                 self.flushes += u64::from(carried);
                 Ok(size)
             }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::{Bytes, BytesMut};
 use object_store::path::Path;
-use weir_storage::append::{broken, wrong_offset, AppendWriter};
+use weir_storage::append::{broken, AppendWriter, Pending};
 use weir_storage::StorageError;
 
 use crate::error::{map_error, Request};
@@ -20,8 +20,7 @@ pub(crate) struct S3ExpressWriter {
     shared: Arc<Shared>,
     path: Path,
     persisted: u64,
-    pending: Vec<Bytes>,
-    pending_len: u64,
+    pending: Pending,
     flushes: u64,
     broken: bool,
 }
@@ -32,8 +31,7 @@ impl S3ExpressWriter {
             shared: shared.clone(),
             path: path.clone(),
             persisted,
-            pending: Vec::new(),
-            pending_len: 0,
+            pending: Pending::default(),
             flushes: 0,
             broken: false,
         }
@@ -45,14 +43,8 @@ impl S3ExpressWriter {
         if self.broken {
             return Err(broken(&self.path));
         }
-        let max = self.shared.limits().max_appends;
-        if self.pending_len > 0 && self.flushes >= max {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!("{} appends made, the limit", self.flushes),
-            });
-        }
-        Ok(())
+        self.pending
+            .check_append_count(&self.path, &self.shared.limits(), self.flushes)
     }
 
     /// Sends what is held (if anything), breaking the writer on any failure.
@@ -62,7 +54,7 @@ impl S3ExpressWriter {
             self.broken = true;
             return Err(finalized_error(&self.path));
         }
-        if self.pending_len == 0 {
+        if self.pending.is_empty() {
             return Ok(self.persisted);
         }
         let result = self.append_held().await;
@@ -74,7 +66,7 @@ impl S3ExpressWriter {
 
     /// One `PutObject` at the persisted size with every held byte.
     async fn append_held(&mut self) -> Result<u64, StorageError> {
-        let end = self.persisted + self.pending_len;
+        let end = self.persisted + self.pending.len();
         let put = self
             .shared
             .client()
@@ -98,17 +90,16 @@ impl S3ExpressWriter {
         self.persisted = end;
         self.flushes += 1;
         self.pending.clear();
-        self.pending_len = 0;
         Ok(end)
     }
 
     /// The held bytes as one body (without a copy when there is one chunk).
     fn held(&self) -> Bytes {
-        if let [one] = self.pending.as_slice() {
+        if let [one] = self.pending.chunks() {
             return one.clone();
         }
-        let mut body = BytesMut::with_capacity(self.pending_len as usize);
-        for chunk in &self.pending {
+        let mut body = BytesMut::with_capacity(self.pending.len() as usize);
+        for chunk in self.pending.chunks() {
             body.extend_from_slice(chunk);
         }
         body.freeze()
@@ -154,7 +145,7 @@ impl AppendWriter for S3ExpressWriter {
     }
 
     fn offset(&self) -> u64 {
-        self.persisted + self.pending_len
+        self.persisted + self.pending.len()
     }
 
     fn flushes(&self) -> u64 {
@@ -165,20 +156,13 @@ impl AppendWriter for S3ExpressWriter {
         if self.broken {
             return Err(broken(&self.path));
         }
-        if offset != self.offset() {
-            return Err(wrong_offset(&self.path, self.offset(), offset));
-        }
-        let max = self.shared.limits().max_bytes;
-        let end = offset + data.len() as u64;
-        if end > max {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!("{end} bytes would pass the {max}-byte limit"),
-            });
-        }
-        self.pending_len += data.len() as u64;
-        self.pending.push(data);
-        Ok(())
+        self.pending.push(
+            &self.path,
+            &self.shared.limits(),
+            self.persisted,
+            offset,
+            data,
+        )
     }
 
     async fn flush(&mut self) -> Result<u64, StorageError> {
@@ -188,7 +172,7 @@ impl AppendWriter for S3ExpressWriter {
     /// Flushes and records the key as finalized in this process (S3 Express cannot seal an
     /// object; see the crate docs).
     async fn finalize(mut self: Box<Self>) -> Result<u64, StorageError> {
-        let held = self.pending_len > 0;
+        let held = !self.pending.is_empty();
         let size = self.flush_held().await?;
         if !held {
             self.check_still_at_offset().await?;

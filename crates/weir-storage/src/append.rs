@@ -161,6 +161,85 @@ pub trait AppendWriter: Send + Sync + fmt::Debug {
     async fn close(self: Box<Self>) -> Result<(), StorageError>;
 }
 
+/// The bytes a writer holds between its appends and its flush, with the checks every backend
+/// makes before sending anything: the offset, the object's size limit and its append count.
+#[derive(Debug, Default, Clone)]
+pub struct Pending {
+    chunks: Vec<Bytes>,
+    len: u64,
+}
+
+impl Pending {
+    /// Bytes held.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The held chunks, in append order.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+
+    /// Hands over the held chunks and holds nothing.
+    pub fn take(&mut self) -> Vec<Bytes> {
+        self.len = 0;
+        std::mem::take(&mut self.chunks)
+    }
+
+    /// Drops what is held.
+    pub fn clear(&mut self) {
+        self.take();
+    }
+
+    /// Holds `data`, appended at `offset` to an object whose writer has `persisted` bytes
+    /// persisted: `offset` must be where the writer is, and the object must stay within
+    /// `limits.max_bytes`.
+    pub fn push(
+        &mut self,
+        path: &Path,
+        limits: &AppendLimits,
+        persisted: u64,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<(), StorageError> {
+        let at = persisted + self.len;
+        if offset != at {
+            return Err(wrong_offset(path, at, offset));
+        }
+        let end = offset + data.len() as u64;
+        if end > limits.max_bytes {
+            return Err(StorageError::ObjectFull {
+                path: path.to_string(),
+                reason: format!("{end} bytes would pass the {}-byte limit", limits.max_bytes),
+            });
+        }
+        self.len += data.len() as u64;
+        self.chunks.push(data);
+        Ok(())
+    }
+
+    /// Refuses a flush carrying bytes once the object took `flushes` appends, its limit.
+    pub fn check_append_count(
+        &self,
+        path: &Path,
+        limits: &AppendLimits,
+        flushes: u64,
+    ) -> Result<(), StorageError> {
+        if !self.is_empty() && flushes >= limits.max_appends {
+            return Err(StorageError::ObjectFull {
+                path: path.to_string(),
+                reason: format!("{flushes} appends made, the limit"),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The error every call on a broken writer returns.
 pub fn broken(path: &Path) -> StorageError {
     StorageError::Fenced {

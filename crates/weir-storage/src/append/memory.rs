@@ -40,7 +40,7 @@ use object_store::{
 };
 
 use super::{
-    broken, wrong_offset, AppendLimits, AppendWriter, AppendableMeta, AppendableStore, FenceKind,
+    broken, AppendLimits, AppendWriter, AppendableMeta, AppendableStore, FenceKind, Pending,
 };
 use crate::StorageError;
 
@@ -304,8 +304,7 @@ struct MemoryWriter {
     path: Path,
     generation: u64,
     persisted: u64,
-    pending: Vec<Bytes>,
-    pending_len: u64,
+    pending: Pending,
     flushes: u64,
     broken: bool,
     /// Which writer of the object this is (`Object::handles` when it was handed out).
@@ -326,8 +325,7 @@ impl MemoryWriter {
             path: path.clone(),
             generation,
             persisted,
-            pending: Vec::new(),
-            pending_len: 0,
+            pending: Pending::default(),
             flushes: 0,
             broken: false,
             handle: 0,
@@ -338,13 +336,8 @@ impl MemoryWriter {
         if self.broken {
             return Err(broken(&self.path));
         }
-        let limits = self.shared.limits;
-        if self.pending_len > 0 && self.flushes >= limits.max_appends {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!("{} appends made, the limit", self.flushes),
-            });
-        }
+        self.pending
+            .check_append_count(&self.path, &self.shared.limits, self.flushes)?;
         let job = FlushJob {
             shared: self.shared.clone(),
             entry: self.entry.clone(),
@@ -352,7 +345,6 @@ impl MemoryWriter {
             generation: self.generation,
             persisted: self.persisted,
             pending: self.pending.clone(),
-            pending_len: self.pending_len,
             finalize,
         };
         // A request on the wire completes even if its caller stops waiting: the flush runs as
@@ -363,11 +355,10 @@ impl MemoryWriter {
         };
         match result {
             Ok(size) => {
-                if self.pending_len > 0 {
+                if !self.pending.is_empty() {
                     self.flushes += 1;
                 }
                 self.pending.clear();
-                self.pending_len = 0;
                 self.persisted = size;
                 Ok(size)
             }
@@ -386,8 +377,7 @@ struct FlushJob {
     path: Path,
     generation: u64,
     persisted: u64,
-    pending: Vec<Bytes>,
-    pending_len: u64,
+    pending: Pending,
     finalize: bool,
 }
 
@@ -454,11 +444,11 @@ impl FlushJob {
             return Err(not_found(&self.path));
         }
         self.check_owner(&object)?;
-        if self.pending_len > 0 {
+        if !self.pending.is_empty() {
             if self.shared.write_through {
                 self.check_inner_unchanged(&object).await?;
                 let mut whole = self.shared.bytes_of(&self.path, &object).await?.to_vec();
-                for chunk in &self.pending {
+                for chunk in self.pending.chunks() {
                     whole.extend_from_slice(chunk);
                 }
                 let whole = Bytes::from(whole);
@@ -468,14 +458,14 @@ impl FlushJob {
                     .await?;
                 self.tell_landed(whole);
             } else {
-                for chunk in &self.pending {
+                for chunk in self.pending.chunks() {
                     object.data.extend_from_slice(chunk);
                 }
                 if self.shared.landed_hook().is_some() {
                     self.tell_landed(Bytes::copy_from_slice(&object.data));
                 }
             }
-            object.size += self.pending_len;
+            object.size += self.pending.len();
         }
         object.finalized = self.finalize;
         if !self.shared.write_through {
@@ -500,7 +490,7 @@ impl AppendWriter for MemoryWriter {
     }
 
     fn offset(&self) -> u64 {
-        self.persisted + self.pending_len
+        self.persisted + self.pending.len()
     }
 
     fn flushes(&self) -> u64 {
@@ -511,20 +501,13 @@ impl AppendWriter for MemoryWriter {
         if self.broken {
             return Err(broken(&self.path));
         }
-        if offset != self.offset() {
-            return Err(wrong_offset(&self.path, self.offset(), offset));
-        }
-        let max = self.shared.limits.max_bytes;
-        let end = offset + data.len() as u64;
-        if end > max {
-            return Err(StorageError::ObjectFull {
-                path: self.path.to_string(),
-                reason: format!("{end} bytes would pass the {max}-byte limit"),
-            });
-        }
-        self.pending_len += data.len() as u64;
-        self.pending.push(data);
-        Ok(())
+        self.pending.push(
+            &self.path,
+            &self.shared.limits,
+            self.persisted,
+            offset,
+            data,
+        )
     }
 
     async fn flush(&mut self) -> Result<u64, StorageError> {
