@@ -20,6 +20,9 @@ pub(crate) enum Op {
     Create,
     /// Reopening an existing appendable object at its generation.
     Takeover,
+    /// Opening a new generation of an object with a generation precondition other than 0
+    /// (a compare-and-set): a refused precondition is `Precondition`.
+    Replace,
     /// An append, flush, finalize or close of an open writer.
     Write,
     /// Opening an object to stat or read it.

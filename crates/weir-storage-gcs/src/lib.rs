@@ -48,9 +48,11 @@ compile_error!(
      a RUSTFLAGS in the environment replaces that list, so add the cfg there too)"
 );
 
+pub mod connect;
 mod error;
 #[cfg(test)]
 mod fake;
+mod objects;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -72,12 +74,14 @@ use weir_storage::append::{
 use weir_storage::StorageError;
 
 use crate::error::Op;
+pub use crate::objects::RapidObjects;
 use crate::writer::RapidWriter;
 
 /// The client's prefix for bucket resource names (`projects/_/buckets/{name}`).
 const BUCKET_PREFIX: &str = "projects/_/buckets/";
 
 /// A GCS Rapid bucket's appendable objects (see the crate docs).
+#[derive(Clone)]
 pub struct GcsRapid<S = stub::DefaultStorage>
 where
     S: stub::Storage + 'static,
@@ -85,6 +89,8 @@ where
     client: Storage<S>,
     /// `projects/_/buckets/{name}`, as the client wants it.
     bucket: String,
+    /// Empty, or the object name prefix with its trailing `/`.
+    prefix: String,
     limits: AppendLimits,
 }
 
@@ -95,6 +101,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GcsRapid")
             .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -116,8 +123,22 @@ where
         Ok(GcsRapid {
             client,
             bucket: format!("{BUCKET_PREFIX}{name}"),
+            prefix: String::new(),
             limits: AppendLimits::GCS_RAPID,
         })
+    }
+
+    /// The same bucket with every object name under `prefix` (`prefix/path`, as
+    /// `object_store`'s `PrefixStore` joins them, so the bucket's object view under the same
+    /// prefix sees the same objects).
+    pub fn with_prefix(mut self, prefix: &str) -> GcsRapid<S> {
+        let prefix = prefix.trim_matches('/');
+        self.prefix = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        self
     }
 
     /// The same bucket with other per-object limits (tests use small ones).
@@ -131,11 +152,16 @@ where
         &self.bucket
     }
 
+    /// The object name of `path`.
+    fn name(&self, path: &Path) -> String {
+        format!("{}{path}", self.prefix)
+    }
+
     /// Opens `path` for reading: one `BidiReadObject` stream, whose first answer carries the
     /// object's metadata.
     async fn open(&self, path: &Path) -> Result<ObjectDescriptor, StorageError> {
         self.client
-            .open_object(&self.bucket, path.as_ref())
+            .open_object(&self.bucket, self.name(path))
             .send()
             .await
             .map_err(|err| error::map(path, Op::Read, err))
@@ -143,6 +169,41 @@ where
 
     async fn object(&self, path: &Path) -> Result<Object, StorageError> {
         Ok(self.open(path).await?.object())
+    }
+
+    /// Writes `data` as the whole object `path` in one stream (open, append, finalize), with
+    /// `ifGenerationMatch: precondition` when given (`Some(0)`: only if there is no object);
+    /// returns the new object's generation.
+    pub(crate) async fn write_whole(
+        &self,
+        path: &Path,
+        data: Bytes,
+        precondition: Option<i64>,
+    ) -> Result<i64, StorageError> {
+        let mut open = self
+            .client
+            .open_appendable_object(&self.bucket, self.name(path));
+        let op = match precondition {
+            Some(0) => Op::Create,
+            _ => Op::Replace,
+        };
+        if let Some(generation) = precondition {
+            open = open.set_if_generation_match(generation);
+        }
+        let inner = open.send().await.map_err(|err| error::map(path, op, err))?;
+        let generation = inner.generation();
+        let mut writer = RapidWriter::new(
+            inner,
+            path,
+            non_negative(path, "generation", generation)?,
+            0,
+            self.limits,
+        );
+        if !data.is_empty() {
+            writer.append(0, data).await?;
+        }
+        Box::new(writer).finalize().await?;
+        Ok(generation)
     }
 }
 
@@ -203,7 +264,7 @@ where
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         let mut inner = self
             .client
-            .open_appendable_object(&self.bucket, path.as_ref())
+            .open_appendable_object(&self.bucket, self.name(path))
             .set_if_generation_match(0)
             .send()
             .await
@@ -238,7 +299,7 @@ where
         }
         let inner = self
             .client
-            .reopen_appendable_object(&self.bucket, path.as_ref(), object.generation)
+            .reopen_appendable_object(&self.bucket, self.name(path), object.generation)
             .send()
             .await
             .map_err(|err| error::map(path, Op::Takeover, err))?;

@@ -28,7 +28,7 @@ use aws_smithy_runtime_api::http::StatusCode;
 /// The directory bucket (`name--zone-id--x-s3`): the SDK takes the S3 Express path for it.
 pub(crate) const BUCKET: &str = "weir--use1-az4--x-s3";
 /// The endpoint the client is configured with; never resolved, the connector is in memory.
-const ENDPOINT: &str = "https://s3x.test";
+pub(crate) const ENDPOINT: &str = "https://s3x.test";
 /// Where the SDK sends the bucket's requests (virtual-hosted style).
 const HOST: &str = "weir--use1-az4--x-s3.s3x.test";
 const SESSION_TOKEN: &str = "weir-fake-session-token";
@@ -149,9 +149,14 @@ impl FakeS3Express {
     /// A client of this bucket: [`test_config`] with the fake endpoint and this server as its
     /// HTTP connector.
     pub(crate) fn client(&self, retries: bool) -> Client {
+        self.client_with(test_config(ENDPOINT, retries))
+    }
+
+    /// A client built from `config` with this server as its HTTP connector.
+    pub(crate) fn client_with(&self, config: aws_sdk_s3::config::Builder) -> Client {
         let fake = self.clone();
         let http = http_client_fn(move |_, _| SharedHttpConnector::new(fake.clone()));
-        Client::from_conf(test_config(ENDPOINT, retries).http_client(http).build())
+        Client::from_conf(config.http_client(http).build())
     }
 
     pub(crate) fn inject(&self, fault: Fault) {

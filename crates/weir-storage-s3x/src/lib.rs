@@ -57,6 +57,7 @@
 //! fake does not check it); that `HeadObject` and ranged `GetObject` see an append as soon as
 //! it is acknowledged; session expiry and refresh; and the latencies.
 
+pub mod connect;
 mod error;
 #[cfg(test)]
 mod fake;

@@ -393,3 +393,39 @@ async fn test_refused_connection_through_the_default_https_client_is_retryable()
     assert!(err.to_string().contains("dispatch failure"), "{err}");
     assert!(err.is_retryable());
 }
+
+/// The client the agent builds signs with `object_store`'s credentials for the bucket: the
+/// session is created with its key id, and every append then carries the session's token.
+#[tokio::test]
+async fn test_connect_client_signs_with_object_store_credentials() {
+    use object_store::aws::AwsCredential;
+    use object_store::StaticCredentialProvider;
+    use std::sync::Arc;
+
+    let fake = FakeS3Express::new();
+    let settings = crate::connect::Settings {
+        region: "us-east-1".to_string(),
+        endpoint: Some(crate::fake::ENDPOINT.to_string()),
+        credentials: Arc::new(StaticCredentialProvider::new(AwsCredential {
+            key_id: "AKIDFROMOBJECTSTORE".to_string(),
+            secret_key: "shared-secret".to_string(),
+            token: None,
+        })),
+    };
+    let client = fake.client_with(crate::connect::config(&settings));
+    let store = S3ExpressAppend::new(client, BUCKET, Some("p"));
+    let mut writer = writer_with(&store, "connect/one", b"bytes").await;
+    assert_eq!(writer.flush().await.unwrap(), 5);
+    assert_eq!(fake.object("p/connect/one").as_deref(), Some(&b"bytes"[..]));
+    let seen = fake.seen();
+    let session = seen
+        .iter()
+        .find(|s| s.key.is_empty())
+        .expect("CreateSession");
+    let auth = session.header("authorization").expect("signed");
+    assert!(
+        auth.contains("Credential=AKIDFROMOBJECTSTORE/"),
+        "CreateSession signed with object_store's key: {auth}"
+    );
+    assert_eq!(fake.sessions(), 1);
+}

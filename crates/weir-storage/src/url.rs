@@ -13,8 +13,9 @@
 //! by the builders' `from_env`), the options given by the caller (config
 //! `[storage.options]`, `[storage.bucket_options."<url>"]`) and the URL's query string
 //! (`s3://b?endpoint=http://127.0.0.1:9000&allow_http=true`). Keys are `object_store`'s config keys,
-//! short or with their cloud prefix (`endpoint` or `aws_endpoint`). One key is Weir's own:
-//! `price`, the bucket's price table ([`crate::stats::PriceTable`]).
+//! short or with their cloud prefix (`endpoint` or `aws_endpoint`). Weir's own keys: `price`,
+//! the bucket's price table ([`crate::stats::PriceTable`]); on `gs://`, `rapid=true` (a zonal
+//! bucket, reached through gRPC) and `grpc_endpoint`.
 //!
 //! The clients' own retries are switched off: the storage layer ([`crate::layer`]) owns the one
 //! retry policy.
@@ -32,6 +33,71 @@ use crate::StorageError;
 
 /// Weir's own per-bucket option: the price table name.
 pub const PRICE_OPTION: &str = "price";
+
+/// Weir's own option of `gs://` buckets: `rapid=true` says the bucket is a zonal (Rapid) bucket,
+/// whose objects Weir reads and writes through the gRPC client of `weir-storage-gcs`.
+pub const RAPID_OPTION: &str = "rapid";
+
+/// Weir's own option of Rapid buckets: the gRPC endpoint (default Google's).
+pub const GRPC_ENDPOINT_OPTION: &str = "grpc_endpoint";
+
+/// Whether `key` (lower case) is one of Weir's own options for buckets of `scheme`.
+fn is_weir_option(scheme: &str, key: &str) -> bool {
+    key == PRICE_OPTION || (scheme == "gs" && (key == RAPID_OPTION || key == GRPC_ENDPOINT_OPTION))
+}
+
+/// A bucket opened by [`BucketUrl::open_parts`]: its `object_store` view without the URL's key
+/// prefix, and what a client of the bucket's appendable API needs, where it has one.
+pub struct Opened {
+    /// The store, without the key prefix ([`BucketUrl::prefixed`] adds it).
+    pub store: Arc<dyn ObjectStore>,
+    pub access: Option<Access>,
+}
+
+/// The settings of a bucket's appendable API, taken from the same options and environment as
+/// its `object_store` view, so both views reach the same bucket as the same identity.
+pub enum Access {
+    /// An S3 directory bucket (`*--x-s3`): S3 Express One Zone appends (`weir-storage-s3x`).
+    S3Express {
+        bucket: String,
+        region: String,
+        endpoint: Option<String>,
+        /// `object_store`'s credential provider of the bucket.
+        credentials: object_store::aws::AwsCredentialProvider,
+    },
+    /// A GCS bucket with `rapid=true`: zonal appendable objects (`weir-storage-gcs`).
+    GcsRapid {
+        bucket: String,
+        grpc_endpoint: Option<String>,
+        credentials: GcsCredentials,
+    },
+}
+
+/// Where a Rapid bucket's gRPC client gets credentials, from the `object_store` options.
+#[derive(Clone, PartialEq, Eq)]
+pub enum GcsCredentials {
+    /// `skip_signature=true`.
+    Anonymous,
+    /// `service_account_key` (the key's JSON).
+    ServiceAccountKey(String),
+    /// `service_account` or `application_credentials` (a key file's path).
+    ServiceAccountFile(String),
+    /// None of those: Application Default Credentials.
+    ApplicationDefault,
+}
+
+impl std::fmt::Debug for GcsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GcsCredentials::Anonymous => f.write_str("Anonymous"),
+            GcsCredentials::ServiceAccountKey(_) => f.write_str("ServiceAccountKey(..)"),
+            GcsCredentials::ServiceAccountFile(path) => {
+                f.debug_tuple("ServiceAccountFile").field(path).finish()
+            }
+            GcsCredentials::ApplicationDefault => f.write_str("ApplicationDefault"),
+        }
+    }
+}
 
 /// A parsed bucket URL: scheme, bucket, key prefix and options. Its `Debug` shows option keys
 /// only: values may be credentials.
@@ -140,6 +206,42 @@ impl BucketUrl {
         &self,
         options: &BTreeMap<String, String>,
     ) -> Result<Arc<dyn ObjectStore>, StorageError> {
+        Ok(self.prefixed(self.open_parts(options)?.store))
+    }
+
+    /// `store` under this URL's key prefix (unchanged without one).
+    pub fn prefixed(&self, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+        if self.prefix.is_empty() {
+            return store;
+        }
+        Arc::new(PrefixStore::new(store, self.prefix.as_str()))
+    }
+
+    /// Whether option `rapid` is true for this `gs://` bucket.
+    fn is_rapid(&self, options: &BTreeMap<String, String>) -> Result<bool, StorageError> {
+        if self.scheme != "gs" {
+            return Ok(false);
+        }
+        match self.option(options, RAPID_OPTION).as_deref().map(str::trim) {
+            None | Some("false") | Some("0") | Some("no") => Ok(false),
+            Some("true") | Some("1") | Some("yes") => Ok(true),
+            Some(other) => Err(StorageError::InvalidConfig(format!(
+                "bucket {}: option rapid={other:?} (expected true or false)",
+                self.display_name()
+            ))),
+        }
+    }
+
+    /// Opens the store without its key prefix, and the settings of its appendable API.
+    pub fn open_parts(&self, options: &BTreeMap<String, String>) -> Result<Opened, StorageError> {
+        let rapid = self.is_rapid(options)?;
+        let grpc_endpoint = self.option(options, GRPC_ENDPOINT_OPTION);
+        if grpc_endpoint.is_some() && !rapid {
+            return Err(StorageError::InvalidConfig(format!(
+                "bucket {}: option {GRPC_ENDPOINT_OPTION} applies to Rapid buckets only (add rapid=true)",
+                self.display_name()
+            )));
+        }
         let merged: Vec<(String, String)> = options
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
@@ -148,7 +250,7 @@ impl BucketUrl {
                     .iter()
                     .map(|(k, v)| (k.to_ascii_lowercase(), v.clone())),
             )
-            .filter(|(k, _)| k != PRICE_OPTION)
+            .filter(|(k, _)| !is_weir_option(&self.scheme, k))
             .collect();
         let no_options = || -> Result<(), StorageError> {
             match merged.first() {
@@ -167,6 +269,7 @@ impl BucketUrl {
                 self.scheme
             ))
         };
+        let mut access = None;
         let store: Arc<dyn ObjectStore> = match self.scheme.as_str() {
             "memory" => {
                 no_options()?;
@@ -192,7 +295,18 @@ impl BucketUrl {
                     let parsed: AmazonS3ConfigKey = key.parse().map_err(|_| unknown(key))?;
                     builder = builder.with_config(parsed, value);
                 }
-                Arc::new(builder.with_retry(no_client_retries()).build()?)
+                let region = builder.get_config_value(&AmazonS3ConfigKey::Region);
+                let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
+                let s3 = builder.with_retry(no_client_retries()).build()?;
+                if is_directory_bucket(&self.bucket) {
+                    access = Some(Access::S3Express {
+                        bucket: self.bucket.clone(),
+                        region: region.unwrap_or_else(|| "us-east-1".to_string()),
+                        endpoint,
+                        credentials: s3.credentials().clone(),
+                    });
+                }
+                Arc::new(s3)
             }
             "gs" => {
                 let mut builder =
@@ -200,6 +314,13 @@ impl BucketUrl {
                 for (key, value) in &merged {
                     let parsed: GoogleConfigKey = key.parse().map_err(|_| unknown(key))?;
                     builder = builder.with_config(parsed, value);
+                }
+                if rapid {
+                    access = Some(Access::GcsRapid {
+                        bucket: self.bucket.clone(),
+                        grpc_endpoint,
+                        credentials: gcs_credentials(&builder),
+                    });
                 }
                 Arc::new(builder.with_retry(no_client_retries()).build()?)
             }
@@ -227,11 +348,25 @@ impl BucketUrl {
             }
             other => return Err(StorageError::UnsupportedScheme(other.to_string())),
         };
-        if self.prefix.is_empty() {
-            return Ok(store);
-        }
-        Ok(Arc::new(PrefixStore::new(store, self.prefix.as_str())))
+        Ok(Opened { store, access })
     }
+}
+
+/// The gRPC client's credentials from the options of a GCS bucket's `object_store` builder.
+fn gcs_credentials(builder: &GoogleCloudStorageBuilder) -> GcsCredentials {
+    let value = |key: GoogleConfigKey| builder.get_config_value(&key).filter(|v| !v.is_empty());
+    if value(GoogleConfigKey::SkipSignature).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return GcsCredentials::Anonymous;
+    }
+    if let Some(key) = value(GoogleConfigKey::ServiceAccountKey) {
+        return GcsCredentials::ServiceAccountKey(key);
+    }
+    if let Some(path) = value(GoogleConfigKey::ServiceAccount)
+        .or_else(|| value(GoogleConfigKey::ApplicationCredentials))
+    {
+        return GcsCredentials::ServiceAccountFile(path);
+    }
+    GcsCredentials::ApplicationDefault
 }
 
 fn env_truthy(name: &str) -> bool {
@@ -245,7 +380,7 @@ fn env_truthy(name: &str) -> bool {
 /// `price` is kept as is.
 pub fn canonical_option(scheme: &str, key: &str) -> Option<String> {
     let key = key.to_ascii_lowercase();
-    if key == PRICE_OPTION {
+    if is_weir_option(scheme, &key) {
         return Some(key);
     }
     match scheme {

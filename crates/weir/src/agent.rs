@@ -114,7 +114,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
              UNKNOWN_PRODUCER_ID; keep it above the clients' delivery timeout"
         );
     }
-    let buckets = Buckets::open(&config, fault_seed)?;
+    let buckets = Buckets::open(&config, fault_seed).await?;
     let pending = buckets.verify().await?;
     let verifying = pending.map(|p| p.spawn());
     let storage_stats = buckets.stats.clone();

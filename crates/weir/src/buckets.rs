@@ -11,11 +11,14 @@ use weir_storage::append::memory::MemoryAppendable;
 use weir_storage::append::{AppendLimits, AppendableStore, FenceKind};
 use weir_storage::hold::{HeldStore, Hold};
 use weir_storage::identity::{self, HolderCheck};
-use weir_storage::url::{canonical_option, PRICE_OPTION};
+use weir_storage::url::{canonical_option, Access, GcsCredentials, Opened, PRICE_OPTION};
 use weir_storage::{
     probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
     StorageError, StorageStats,
 };
+use weir_storage_gcs::connect::{self as gcs_connect, CredentialSource};
+use weir_storage_gcs::{GcsRapid, RapidObjects};
+use weir_storage_s3x::{connect as s3x_connect, S3ExpressAppend};
 
 use crate::config::{Config, StorageConfig};
 
@@ -86,7 +89,7 @@ pub(crate) struct Buckets {
 
 impl Buckets {
     /// Opens every configured bucket. Cloud clients are built here but nothing is sent yet.
-    pub(crate) fn open(config: &Config, seed: u64) -> anyhow::Result<Buckets> {
+    pub(crate) async fn open(config: &Config, seed: u64) -> anyhow::Result<Buckets> {
         let storage = &config.storage;
         let stats = StorageStats::new();
         let urls = if storage.ingest_buckets.is_empty() {
@@ -101,7 +104,7 @@ impl Buckets {
         check_bucket_list(storage, &urls)?;
         let mut ingest = Vec::with_capacity(urls.len());
         for (index, url) in urls.iter().enumerate() {
-            let (name, raw, bucket_stats) = open_raw(storage, url, &stats)?;
+            let (name, raw, bucket_stats) = open_raw(storage, url, &stats).await?;
             let bucket_seed = seed.wrapping_add(index as u64);
             let stack = if storage.down_buckets.contains(&index) {
                 let profile =
@@ -130,7 +133,8 @@ impl Buckets {
         let (metadata, separate_metadata) = if storage.metadata_bucket.is_empty() {
             (ingest[0].clone(), false)
         } else {
-            let (name, raw, bucket_stats) = open_raw(storage, &storage.metadata_bucket, &stats)?;
+            let (name, raw, bucket_stats) =
+                open_raw(storage, &storage.metadata_bucket, &stats).await?;
             // A seed apart from the ingest buckets' (seed + index) so its faults are not theirs.
             let store = with_fault_model(raw, storage, seed.rotate_left(17) ^ 0x6d65_7461)?;
             info!(bucket = %name, "metadata log in its own bucket");
@@ -369,7 +373,7 @@ fn fatal(bucket: &str, error: StorageError) -> anyhow::Error {
 }
 
 /// Parses and opens one URL, and registers its counters with the price table that applies.
-fn open_raw(
+async fn open_raw(
     storage: &StorageConfig,
     url: &str,
     stats: &StorageStats,
@@ -405,12 +409,15 @@ fn open_raw(
             )
         })?,
     };
-    let raw = parsed
-        .open(&options)
+    let opened = parsed
+        .open_parts(&options)
+        .with_context(|| format!("opening bucket {name}"))?;
+    let stack = stack_of(&parsed, opened, storage)
+        .await
         .with_context(|| format!("opening bucket {name}"))?;
     let bucket_stats = Arc::new(BucketStats::new(&name, &price_class, prices));
     stats.register(bucket_stats.clone());
-    Ok((name, stack_of(&parsed, raw, storage), bucket_stats))
+    Ok((name, stack, bucket_stats))
 }
 
 /// The outermost wrapper of every bucket: the storage layer (deadlines, retries, counters).
@@ -446,18 +453,70 @@ fn memory_double(storage: &StorageConfig) -> Option<(FenceKind, AppendLimits)> {
     }
 }
 
-/// The bucket's views: under a zonal profile, `memory://` buckets get the in-memory double and
-/// `file://` buckets the write-through double (durable across restarts, for kill -9 tests).
-fn stack_of(parsed: &BucketUrl, raw: Arc<dyn ObjectStore>, storage: &StorageConfig) -> Stack {
+/// The bucket's views:
+/// - an S3 directory bucket (`*--x-s3`) appends through `aws-sdk-s3` (S3 Express
+///   `PutObject` with a write offset), with `object_store`'s region, endpoint and credentials;
+/// - a `gs://` bucket with `rapid=true` reads, writes and appends through the GCS gRPC client
+///   ([`RapidObjects`], [`GcsRapid`]); it lists and deletes through `object_store`'s client;
+/// - under a zonal profile, `memory://` buckets get the in-memory double and `file://` buckets
+///   the write-through double (durable across restarts, for kill -9 tests);
+/// - anything else has no appendable view.
+async fn stack_of(
+    parsed: &BucketUrl,
+    opened: Opened,
+    storage: &StorageConfig,
+) -> anyhow::Result<Stack> {
+    match opened.access {
+        Some(Access::S3Express {
+            bucket,
+            region,
+            endpoint,
+            credentials,
+        }) => {
+            let client = s3x_connect::client(&s3x_connect::Settings {
+                region,
+                endpoint,
+                credentials,
+            });
+            let appendable = S3ExpressAppend::new(client, &bucket, Some(&parsed.prefix));
+            return Ok(Stack {
+                store: parsed.prefixed(opened.store),
+                appendable: Some(Arc::new(appendable)),
+            });
+        }
+        Some(Access::GcsRapid {
+            bucket,
+            grpc_endpoint,
+            credentials,
+        }) => {
+            let mut settings = gcs_connect::Settings::new(match credentials {
+                GcsCredentials::Anonymous => CredentialSource::Anonymous,
+                GcsCredentials::ServiceAccountKey(key) => CredentialSource::ServiceAccountKey(key),
+                GcsCredentials::ServiceAccountFile(path) => {
+                    CredentialSource::ServiceAccountFile(path.into())
+                }
+                GcsCredentials::ApplicationDefault => CredentialSource::ApplicationDefault,
+            });
+            settings.endpoint = grpc_endpoint;
+            let rapid = GcsRapid::new(&bucket, gcs_connect::client(&settings).await?)?;
+            let objects = RapidObjects::new(rapid.clone(), opened.store);
+            return Ok(Stack {
+                store: parsed.prefixed(Arc::new(objects)),
+                appendable: Some(Arc::new(rapid.with_prefix(&parsed.prefix))),
+            });
+        }
+        None => {}
+    }
+    let raw = parsed.prefixed(opened.store);
     let double = match (memory_double(storage), parsed.scheme.as_str()) {
         (Some((fence, limits)), "memory") => MemoryAppendable::over(raw, fence, limits, false),
         (Some((fence, limits)), "file") => MemoryAppendable::write_through(raw, fence, limits),
-        _ => return Stack::from(raw),
+        _ => return Ok(Stack::from(raw)),
     };
-    Stack {
+    Ok(Stack {
         appendable: Some(Arc::new(double.clone())),
         store: Arc::new(double),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -122,3 +122,81 @@ async fn test_url_file_put_create_conflict_is_already_exists() {
     // the file really is on disk under the directory
     assert!(dir.path().join("meta/log/00000000000000000001").is_file());
 }
+
+fn parts(url: &str) -> Result<Opened, StorageError> {
+    BucketUrl::parse(url)?.open_parts(&BTreeMap::new())
+}
+
+#[tokio::test]
+async fn test_url_appendable_access_of_directory_and_rapid_buckets() {
+    // An S3 directory bucket's appendable client gets the same region, endpoint and identity.
+    let opened = parts(
+        "s3://logs--use1-az4--x-s3/p?region=us-east-1&endpoint=http://127.0.0.1:1&allow_http=true&access_key_id=AKIDX&secret_access_key=s",
+    )
+    .unwrap();
+    let Some(Access::S3Express {
+        bucket,
+        region,
+        endpoint,
+        credentials,
+    }) = opened.access
+    else {
+        panic!("a directory bucket has appendable access");
+    };
+    assert_eq!(bucket, "logs--use1-az4--x-s3");
+    assert_eq!(region, "us-east-1");
+    assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:1"));
+    assert_eq!(credentials.get_credential().await.unwrap().key_id, "AKIDX");
+    // A general-purpose bucket has none.
+    let opened = parts("s3://weir-a?region=us-east-1&access_key_id=k&secret_access_key=s").unwrap();
+    assert!(opened.access.is_none());
+
+    // A Rapid bucket: `rapid` and `grpc_endpoint` are Weir's, the credentials object_store's.
+    let opened =
+        parts("gs://zonal/p?rapid=true&grpc_endpoint=http://127.0.0.1:1&skip_signature=true")
+            .unwrap();
+    let Some(Access::GcsRapid {
+        bucket,
+        grpc_endpoint,
+        credentials,
+    }) = opened.access
+    else {
+        panic!("rapid=true has appendable access");
+    };
+    assert_eq!(bucket, "zonal");
+    assert_eq!(grpc_endpoint.as_deref(), Some("http://127.0.0.1:1"));
+    assert_eq!(credentials, GcsCredentials::Anonymous);
+    // (object_store reads keys when it builds, so these are checked on a builder.)
+    let file = GoogleCloudStorageBuilder::new()
+        .with_config(GoogleConfigKey::ApplicationCredentials, "/k.json");
+    assert_eq!(
+        gcs_credentials(&file),
+        GcsCredentials::ServiceAccountFile("/k.json".into())
+    );
+    let inline = GoogleCloudStorageBuilder::new()
+        .with_config(GoogleConfigKey::ServiceAccountKey, "{\"k\": 1}")
+        .with_config(GoogleConfigKey::ServiceAccount, "/ignored.json");
+    assert_eq!(
+        gcs_credentials(&inline),
+        GcsCredentials::ServiceAccountKey("{\"k\": 1}".into())
+    );
+    assert_eq!(
+        gcs_credentials(&GoogleCloudStorageBuilder::new()),
+        GcsCredentials::ApplicationDefault
+    );
+    assert!(parts("gs://regional?rapid=false&skip_signature=true")
+        .unwrap()
+        .access
+        .is_none());
+
+    // Mistakes are refused, naming the option.
+    let err = parts("gs://zonal?rapid=maybe").err().unwrap();
+    assert!(err.to_string().contains("rapid=\"maybe\""), "{err}");
+    let err = parts("gs://regional?grpc_endpoint=http://x").err().unwrap();
+    assert!(err.to_string().contains("rapid=true"), "{err}");
+    let err = parts("s3://weir-a?rapid=true").err().unwrap();
+    assert!(
+        err.to_string().contains("unknown option \"rapid\""),
+        "{err}"
+    );
+}

@@ -7,8 +7,8 @@ use weir_storage::{LayerPolicy, LayerStore, RequestClass};
 use super::*;
 use crate::agent::config_from_flags;
 
-#[test]
-fn test_buckets_slow_and_down_buckets_are_wrapped() {
+#[tokio::test]
+async fn test_buckets_slow_and_down_buckets_are_wrapped() {
     let config = config_from_flags(&[
         "--ingest-bucket",
         "memory://a",
@@ -27,7 +27,7 @@ fn test_buckets_slow_and_down_buckets_are_wrapped() {
     ])
     .unwrap();
     assert_eq!(config.storage.slow_buckets, vec![1, 2]);
-    let buckets = Buckets::open(&config, 1).unwrap();
+    let buckets = Buckets::open(&config, 1).await.unwrap();
     let names: Vec<String> = buckets
         .ingest
         .iter()
@@ -66,8 +66,8 @@ fn test_buckets_slow_and_down_buckets_are_wrapped() {
     assert!(err.contains("storage.slow_buckets names bucket 1"), "{err}");
 }
 
-#[test]
-fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
+#[tokio::test]
+async fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
     let config = config_from_flags(&[
         "--ingest-bucket",
         "memory://a",
@@ -81,7 +81,7 @@ fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
         "s3-express",
     ])
     .unwrap();
-    let buckets = Buckets::open(&config, 1).unwrap();
+    let buckets = Buckets::open(&config, 1).await.unwrap();
     let metadata = &buckets.metadata.direct;
     assert!(!buckets
         .ingest
@@ -114,7 +114,7 @@ fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
         .to_string();
     assert!(err.contains("metadata log"), "{err}");
     let config = config_from_flags(&["--ingest-bucket", "memory://a?price=gold"]).unwrap();
-    let err = Buckets::open(&config, 1).err().unwrap().to_string();
+    let err = Buckets::open(&config, 1).await.err().unwrap().to_string();
     assert!(err.contains("unknown price class \"gold\""), "{err}");
 }
 
@@ -132,7 +132,7 @@ fn file_flags(dirs: &[&std::path::Path], meta: &std::path::Path) -> Vec<String> 
 async fn verify_with(flags: &[String]) -> anyhow::Result<()> {
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let config = config_from_flags(&refs)?;
-    Buckets::open(&config, 1)?.verify().await.map(|_| ())
+    Buckets::open(&config, 1).await?.verify().await.map(|_| ())
 }
 
 #[tokio::test]
@@ -220,18 +220,25 @@ async fn test_buckets_store_ignoring_conditions_refuses_to_start() {
     assert!(stats.snapshot().requests_of(RequestClass::Put) >= 2);
 }
 
-#[test]
-fn test_buckets_list_mistakes_are_refused() {
-    let err = |flags: &[&str]| match config_from_flags(flags).and_then(|c| Buckets::open(&c, 1)) {
-        Ok(_) => String::new(),
-        Err(e) => e.to_string(),
+/// The error opening the buckets of `flags` gives ("" when they open).
+async fn open_error(flags: &[&str]) -> String {
+    let opened = match config_from_flags(flags) {
+        Ok(config) => Buckets::open(&config, 1).await,
+        Err(e) => Err(e),
     };
+    opened.err().map(|e| format!("{e:#}")).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn test_buckets_list_mistakes_are_refused() {
+    let err = open_error;
     let twice = err(&[
         "--ingest-bucket",
         "s3://weir-a?region=us-east-1",
         "--ingest-bucket",
         "s3a://weir-a",
-    ]);
+    ])
+    .await;
     assert!(twice.contains("one bucket twice"), "{twice}");
     // Two memory:// buckets are two stores.
     assert_eq!(
@@ -240,24 +247,25 @@ fn test_buckets_list_mistakes_are_refused() {
             "memory://",
             "--ingest-bucket",
             "memory://"
-        ]),
+        ])
+        .await,
         ""
     );
     std::env::set_var(
         "WEIR_STORAGE_BUCKET_OPTIONS",
         r#"{ "s3://weir-b/" = { endpoint = "http://127.0.0.1:1" } }"#,
     );
-    let unknown = err(&["--ingest-bucket", "s3://weir-b"]);
+    let unknown = err(&["--ingest-bucket", "s3://weir-b"]).await;
     std::env::remove_var("WEIR_STORAGE_BUCKET_OPTIONS");
     assert!(unknown.contains("not a configured bucket"), "{unknown}");
     std::env::set_var("WEIR_STORAGE_OPTIONS", r#"{ account_name = "x" }"#);
-    let foreign = err(&["--ingest-bucket", "s3://weir-b"]);
+    let foreign = err(&["--ingest-bucket", "s3://weir-b"]).await;
     std::env::remove_var("WEIR_STORAGE_OPTIONS");
     assert!(foreign.contains("applies to none"), "{foreign}");
 }
 
-#[test]
-fn test_buckets_options_merge_by_meaning_bucket_over_global() {
+#[tokio::test]
+async fn test_buckets_options_merge_by_meaning_bucket_over_global() {
     // The bucket's own `aws_endpoint` beats the global `endpoint` (same option, other spelling),
     // and the global `region` reaches s3:// but not the memory:// bucket.
     std::env::set_var(
@@ -277,9 +285,11 @@ fn test_buckets_options_merge_by_meaning_bucket_over_global() {
     std::env::remove_var("WEIR_STORAGE_OPTIONS");
     std::env::remove_var("WEIR_STORAGE_BUCKET_OPTIONS");
     let config = config.unwrap();
-    assert!(Buckets::open(&config, 1).is_ok());
+    assert!(Buckets::open(&config, 1).await.is_ok());
     let stats = StorageStats::new();
-    let (_, raw, _) = open_raw(&config.storage, "s3://weir-b", &stats).unwrap();
+    let (_, raw, _) = open_raw(&config.storage, "s3://weir-b", &stats)
+        .await
+        .unwrap();
     let s3 = format!("{:?}", raw.store);
     assert!(
         s3.contains("127.0.0.1:2") && !s3.contains("127.0.0.1:1"),
@@ -402,4 +412,54 @@ async fn test_buckets_unreachable_bucket_is_held_until_its_id_is_verified() {
         .await
         .is_err());
     assert!(d.head(&object_store::path::Path::from("y")).await.is_err());
+}
+
+/// Real zonal buckets get their cloud's appendable client, built from the same options as
+/// their object view (nothing is sent: the endpoints are closed loopback ports).
+#[tokio::test]
+async fn test_buckets_zonal_cloud_buckets_get_their_appendable_clients() {
+    let config = config_from_flags(&[
+        "--ingest-bucket",
+        "s3://weir--use1-az4--x-s3/pre?region=us-east-1&endpoint=http://127.0.0.1:1&allow_http=true&access_key_id=k&secret_access_key=s",
+        "--ingest-bucket",
+        "gs://weir-zonal/pre?rapid=true&skip_signature=true&grpc_endpoint=http://127.0.0.1:1",
+        "--ingest-bucket",
+        "gs://weir-regional?skip_signature=true",
+        "--ingest-bucket",
+        "gs://weir-zonal-b?rapid=true&skip_signature=true&grpc_endpoint=http://127.0.0.1:1",
+        "--quorum",
+        "3",
+    ])
+    .unwrap();
+    let buckets = Buckets::open(&config, 1).await.unwrap();
+    let views: Vec<String> = buckets
+        .ingest
+        .iter()
+        .map(|b| format!("{:?}", b.appendable))
+        .collect();
+    assert!(views[0].contains("S3ExpressAppend"), "{}", views[0]);
+    assert!(
+        views[0].contains("weir--use1-az4--x-s3") && views[0].contains("pre/"),
+        "{}",
+        views[0]
+    );
+    assert!(views[1].contains("GcsRapid"), "{}", views[1]);
+    assert!(views[1].contains("pre/"), "{}", views[1]);
+    assert_eq!(views[2], "None", "a regional bucket cannot append");
+    let objects = format!("{:?}", buckets.ingest[3].direct);
+    assert!(objects.contains("RapidObjects"), "{objects}");
+    // Not every bucket can append, so the data path cannot use appends.
+    assert!(buckets.ingest_appendable().is_none());
+
+    let err = open_error(&["--ingest-bucket", "gs://weir-zonal?rapid=perhaps"]).await;
+    assert!(
+        err.contains("gs://weir-zonal") && err.contains("rapid"),
+        "{err}"
+    );
+    let err = open_error(&[
+        "--ingest-bucket",
+        "gs://weir-zonal?rapid=true&service_account_key=nope",
+    ])
+    .await;
+    assert!(err.contains("gs://weir-zonal"), "{err}");
 }

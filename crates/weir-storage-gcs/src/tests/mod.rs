@@ -205,3 +205,5 @@ async fn test_gcs_rapid_real_transport_unreachable_is_transient() {
         .expect_err("nothing listens");
     assert!(err.is_retryable(), "{err}");
 }
+
+mod objects;
