@@ -89,6 +89,7 @@ pub(crate) const CASES: &[(&str, CaseFn)] = &[
         multipart_large_object(b, o).boxed()
     }),
     ("probes", |b, o| probes(b, o).boxed()),
+    ("job_queue", |b, o| job_queue(b, o).boxed()),
     ("request_counters", |b, o| request_counters(b, o).boxed()),
     ("os_put_get_delete_list", |_, o| {
         object_store::integration::put_get_delete_list(o.store.as_ref()).boxed()
@@ -434,4 +435,60 @@ async fn request_counters(_: &Backend, opened: &Opened) {
     );
     assert_eq!(delta.bytes_up, 1_024);
     assert_eq!(delta.bytes_down, 1_010);
+}
+
+/// The job queue (weir-objq) on the bucket as the agent opens it: through the storage layer's
+/// conditional puts where the backend has compare-and-set, else (`file://`) through the local
+/// compare-and-set on the same directory. Three members, the broker killed once.
+async fn job_queue(backend: &Backend, opened: &Opened) {
+    use weir_objq::cas::{local::LocalCas, CasObject, ObjectStoreCas};
+    use weir_objq::{LocalNetwork, Member, Settings};
+
+    let cas: Arc<dyn CasObject> = if backend.compare_and_set {
+        Arc::new(ObjectStoreCas::new(
+            opened.store.clone(),
+            Path::from("queue/conformance.json"),
+        ))
+    } else {
+        let dir = opened
+            .name
+            .strip_prefix("file://")
+            .expect("only file:// lacks compare-and-set");
+        Arc::new(LocalCas::new(std::path::Path::new(dir), "queue.json").expect("local cas"))
+    };
+    let settings = Settings {
+        broker_timeout: std::time::Duration::from_millis(300),
+        write_retry: std::time::Duration::from_millis(20),
+        ..Settings::default()
+    };
+    let network = LocalNetwork::new(&settings);
+    let members: Vec<Member> = (0..3)
+        .map(|i| {
+            let address = format!("local:{i}");
+            Member::new(
+                &format!("m{i}"),
+                &address,
+                cas.clone(),
+                network.clone(),
+                settings,
+            )
+        })
+        .collect();
+    let payloads = |r: std::ops::Range<u32>| r.map(|i| format!("job-{i}")).collect::<Vec<_>>();
+    assert_eq!(
+        members[0].push(payloads(0..3)).await.unwrap(),
+        vec![1, 2, 3]
+    );
+    let job = members[1].claim("w").await.unwrap().expect("a job");
+    assert_eq!(job.id, 1);
+    members[1].ack("w", job.id).await.unwrap();
+    members[0].stop_broker();
+    assert_eq!(members[2].push(payloads(3..4)).await.unwrap(), vec![4]);
+    let state = members[1].snapshot().await.unwrap();
+    assert_eq!(
+        state.broker.map(|b| (b.id, b.epoch)),
+        Some(("m2".to_string(), 2))
+    );
+    let ids: Vec<u64> = state.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, vec![2, 3, 4]);
 }
