@@ -14,6 +14,8 @@ pub enum Tier {
     /// The zonal buckets producers write to (`storage.ingest_buckets`).
     #[default]
     Ingest,
+    /// The regional bucket compacted files go to (`storage.compacted_bucket`).
+    Regional,
 }
 
 impl Tier {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use weir_common::{FileId, TopicId};
+use weir_common::{FileId, Tier, TopicId};
 
 use crate::ControlError;
 
@@ -94,6 +94,45 @@ pub enum Entry {
     SweepHorizon {
         horizon_ms: i64,
     },
+    /// Compaction's swap (RFC 0005 §4): batches move from their input files to `output`, each
+    /// only if the index still holds it exactly where the worker read it.
+    ReplaceFiles(FileReplace),
+}
+
+/// A compaction job's result: the output file and, per batch, where it was and where it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileReplace {
+    /// The job queue's id of the job (logs and metrics only).
+    pub job: u64,
+    pub output: FileId,
+    pub tier: Tier,
+    /// Positions of the output's holders in its tier's bucket list.
+    pub holders: Vec<u8>,
+    pub size: u64,
+    pub batches: Vec<ReplacedBatch>,
+}
+
+/// One batch of a [`FileReplace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacedBatch {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The file the index named when the worker read the batch.
+    pub from: FileId,
+    /// Where the batch is in the output.
+    pub byte_offset: u64,
+    pub len: u32,
+}
+
+/// What a `ReplaceFiles` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceOutcome {
+    /// Batches now read from the output.
+    pub replaced: usize,
+    /// Batches retention (or a topic deletion) removed after the worker read them.
+    pub skipped: usize,
 }
 
 impl Entry {
@@ -204,4 +243,5 @@ pub enum EntryResult {
     ExpireAgentTips(usize),
     /// The horizon in effect (it never moves back).
     SweepHorizon(i64),
+    ReplaceFiles(Result<ReplaceOutcome, ControlError>),
 }

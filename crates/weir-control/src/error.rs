@@ -34,6 +34,10 @@ pub enum ControlError {
     },
     #[error("file is older than the orphan sweep horizon {horizon_ms} ms: upload it again")]
     FileTooOld { horizon_ms: i64 },
+    /// A compaction's swap found a batch elsewhere than where its worker read it (another
+    /// compaction moved it first): nothing was replaced.
+    #[error("compaction conflict: {0}")]
+    ReplaceConflict(String),
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
     #[error("control plane is shutting down")]

@@ -1,6 +1,6 @@
 //! The file deleter (GC-1): a file whose batches were all released (retention, DeleteRecords,
-//! DeleteTopic, or a commit none of whose batches was appended) is deleted from every ingest
-//! bucket — not only the quorum that acknowledged it, since the quorum writer keeps copying to
+//! DeleteTopic, a compaction that moved them, or a commit none of whose batches was appended) is
+//! deleted from every bucket of its tier — not only the quorum that acknowledged it, since the quorum writer keeps copying to
 //! the other buckets in the background — once
 //! * its release is durable: the deleter reads only the durable state, so a release in a log
 //!   slot that failed can never be acted on; and
@@ -69,6 +69,8 @@ pub struct DeleterPass {
 pub struct FileDeleter {
     control: ControlPlane,
     stores: Vec<Arc<dyn ObjectStore>>,
+    /// The regional tier's buckets (compacted files); empty when compaction never ran here.
+    regional: Vec<Arc<dyn ObjectStore>>,
     settings: DeleterSettings,
     /// When this process first saw each released file in the durable state.
     first_seen: BTreeMap<FileId, Instant>,
@@ -85,10 +87,17 @@ impl FileDeleter {
         Self {
             control,
             stores,
+            regional: Vec::new(),
             settings,
             first_seen: BTreeMap::new(),
             unrecorded: BTreeSet::new(),
         }
+    }
+
+    /// Also deletes released compacted files from `regional` (the regional tier's buckets).
+    pub fn with_regional(mut self, regional: Vec<Arc<dyn ObjectStore>>) -> Self {
+        self.regional = regional;
+        self
     }
 
     /// Runs a pass every `interval` until `stop` turns true.
@@ -142,9 +151,17 @@ impl FileDeleter {
         // The futures are built into a Vec first (not inside iterator adapters' closures) so
         // the pass stays `Send` for a spawned task.
         let mut deletes = Vec::with_capacity(eligible.len() * self.stores.len());
+        let mut failed = BTreeSet::new();
         for id in &eligible {
             let tier = released[id];
             let key = keys::data_file(tier, id);
+            if self.stores_of(tier).is_empty() {
+                // No bucket of that tier is configured here: the object cannot be deleted, so
+                // the file is not recorded as deleted either.
+                warn!(%key, ?tier, "a released file's tier has no bucket configured; keeping it");
+                failed.insert(*id);
+                continue;
+            }
             for store in self.stores_of(tier) {
                 let (id, key, store) = (*id, key.clone(), store.clone());
                 deletes.push(async move {
@@ -160,7 +177,6 @@ impl FileDeleter {
             .buffer_unordered(DELETE_CONCURRENCY)
             .collect()
             .await;
-        let mut failed = BTreeSet::new();
         for (id, key, outcome) in outcomes {
             if let Err(err) = outcome {
                 debug!(%key, %err, "delete of a released file failed; retrying next pass");
@@ -188,6 +204,7 @@ impl FileDeleter {
     fn stores_of(&self, tier: Tier) -> &[Arc<dyn ObjectStore>] {
         match tier {
             Tier::Ingest => &self.stores,
+            Tier::Regional => &self.regional,
         }
     }
 

@@ -29,8 +29,8 @@ pub mod sweep;
 mod test_support;
 
 pub use entry::{
-    BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, LogStartCause, LogStartMove,
-    OffsetCommit,
+    BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, FileReplace, LogStartCause,
+    LogStartMove, OffsetCommit, ReplaceOutcome, ReplacedBatch,
 };
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};

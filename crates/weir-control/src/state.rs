@@ -18,6 +18,7 @@ use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
 
+mod compaction;
 mod expiry;
 mod index;
 mod log_start;
@@ -234,6 +235,7 @@ impl State {
                 self.sweep_horizon_ms = self.sweep_horizon_ms.max(*horizon_ms);
                 EntryResult::SweepHorizon(self.sweep_horizon_ms)
             }
+            Entry::ReplaceFiles(replace) => EntryResult::ReplaceFiles(self.replace_files(replace)),
         }
     }
 

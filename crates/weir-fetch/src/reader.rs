@@ -87,6 +87,8 @@ pub struct PartitionData {
 pub struct FetchReader {
     control: ControlPlane,
     buckets: Arc<QuorumWriter>,
+    /// The regional tier's buckets (compacted files), when configured.
+    regional: Option<Arc<QuorumWriter>>,
     cache: Arc<ReadCache>,
     plan_ttl: Duration,
 }
@@ -96,9 +98,16 @@ impl FetchReader {
         Self {
             control,
             buckets,
+            regional: None,
             cache,
             plan_ttl: DEFAULT_PLAN_TTL,
         }
+    }
+
+    /// Reads compacted files from `regional` (the regional tier's buckets, in holder order).
+    pub fn with_regional(mut self, regional: Arc<QuorumWriter>) -> Self {
+        self.regional = Some(regional);
+        self
     }
 
     /// Sets the oldest plan `read` starts reading; the file deleter's grace must exceed it.
@@ -269,11 +278,16 @@ impl FetchReader {
         if let Some(bytes) = self.cache.get(&key, range.clone()) {
             return Ok(bytes);
         }
-        // Every tier's reads go through the ingest quorum today: it is the only tier.
-        let Tier::Ingest = location.tier;
+        let buckets = match location.tier {
+            Tier::Ingest => &self.buckets,
+            Tier::Regional => self.regional.as_ref().ok_or_else(|| {
+                FetchError::Storage(format!(
+                    "{key} is a compacted file and no compacted bucket is configured"
+                ))
+            })?,
+        };
         let holders: Vec<usize> = location.holders.iter().map(|h| *h as usize).collect();
-        let bytes = self
-            .buckets
+        let bytes = buckets
             .get_range(&holders, &key, range.clone())
             .await
             .map_err(|err| FetchError::Storage(err.to_string()))?;

@@ -38,16 +38,19 @@ pub use weir_common::Tier;
 pub fn data_file(tier: Tier, file_id: &weir_common::FileId) -> Path {
     match tier {
         Tier::Ingest => ingest_file(&file_id.to_string(), file_id.unix_ms()),
+        Tier::Regional => compacted_file(&file_id.to_string()),
     }
 }
 
 /// The tier and id of a data file key, if `path` is one (the inverse of [`data_file`]).
 pub fn parse_data_file(path: &Path) -> Option<(Tier, weir_common::FileId)> {
-    if path.parts().next()?.as_ref() != "ingest" {
-        return None;
-    }
+    let tier = match path.parts().next()?.as_ref() {
+        "ingest" => Tier::Ingest,
+        "compacted" => Tier::Regional,
+        _ => return None,
+    };
     let id = weir_common::FileId::parse(parse_file_id(path)?)?;
-    Some((Tier::Ingest, id))
+    Some((tier, id))
 }
 
 /// Prefix under which all ingest files live.

@@ -291,6 +291,34 @@ impl ChunkedIndex {
             .map(|position| (position, max))
     }
 
+    /// Points the entry at `position` at another copy of the same batch: `file_id` at
+    /// `byte_offset` (compaction). Offsets, length and timestamps stay, so nothing derived from
+    /// them changes; the chunk holding it is copied first if a clone shares it. Returns whether
+    /// `position` exists.
+    pub fn relocate(
+        &mut self,
+        position: usize,
+        file_id: weir_common::FileId,
+        byte_offset: u64,
+    ) -> bool {
+        if position >= self.len() {
+            return false;
+        }
+        let stored = self.skip + position;
+        let chunk = stored / self.chunk_entries;
+        let (chunk, local) = match self.full.get_mut(chunk) {
+            Some(full) => (Arc::make_mut(full), stored % self.chunk_entries),
+            None => {
+                let local = stored - self.full.len() * self.chunk_entries;
+                (Arc::make_mut(&mut self.tail), local)
+            }
+        };
+        let entry = &mut chunk.entries[local];
+        entry.file_id = file_id;
+        entry.byte_offset = byte_offset;
+        true
+    }
+
     fn chunks(&self) -> impl Iterator<Item = &Chunk> + '_ {
         self.full
             .iter()

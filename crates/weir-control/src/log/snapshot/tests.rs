@@ -89,6 +89,43 @@ fn rich_state(files: u32) -> State {
         partitions,
         cause: LogStartCause::DeleteRecords,
     });
+    // The newest file's batches were compacted into a regional file.
+    if let Some(newest) = previous {
+        let batches = state.topics["a"]
+            .partitions
+            .iter()
+            .enumerate()
+            .flat_map(|(p, partition)| {
+                partition
+                    .index
+                    .iter()
+                    .filter(|e| e.file_id == newest)
+                    .map(move |e| crate::entry::ReplacedBatch {
+                        topic_id: a,
+                        partition: p as i32,
+                        base_offset: e.base_offset,
+                        last_offset: e.last_offset,
+                        from: newest,
+                        byte_offset: 8 + e.byte_offset,
+                        len: e.len,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let output = FileId(((T0 as u128 + u128::from(files)) << 80) | 9);
+        let result = state.apply(&Entry::ReplaceFiles(crate::entry::FileReplace {
+            job: 1,
+            output,
+            tier: weir_common::Tier::Regional,
+            holders: vec![0],
+            size: 9000,
+            batches,
+        }));
+        assert!(
+            matches!(result, EntryResult::ReplaceFiles(Ok(ref o)) if o.replaced == 3),
+            "{result:?}"
+        );
+    }
     state.apply(&Entry::CommitOffsets {
         group: "g".into(),
         offsets: vec![OffsetCommit {
