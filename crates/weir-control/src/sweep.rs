@@ -7,8 +7,9 @@
 //!    apply rejects every `CommitFile` whose file id time is before the horizon (`FileTooOld`,
 //!    retriable for clients: they produce again into a new file);
 //! 2. reads the durable state, which includes the horizon;
-//! 3. lists `ingest/` in every ingest bucket and deletes each data file whose id time is before
-//!    the horizon and that is neither live (`files`) nor released (the deleter's).
+//! 3. lists `ingest/` in every ingest bucket (and `compacted/` in the regional bucket) and
+//!    deletes each data file whose id time is before the horizon and that is neither live
+//!    (`files`) nor released (the deleter's).
 //!
 //! No clock is trusted for safety: the horizon and the file ids are compared by apply, in the
 //! log. An object deleted here has an id before a durable horizon and is unreferenced in a state
@@ -64,6 +65,8 @@ pub struct SweepPass {
 pub struct OrphanSweeper {
     control: ControlPlane,
     stores: Vec<Arc<dyn ObjectStore>>,
+    /// The regional tier's buckets: compaction outputs that never committed.
+    regional: Vec<Arc<dyn ObjectStore>>,
     clock: Arc<dyn Clock>,
     settings: SweepSettings,
 }
@@ -78,9 +81,17 @@ impl OrphanSweeper {
         Self {
             control,
             stores,
+            regional: Vec::new(),
             clock,
             settings,
         }
+    }
+
+    /// Also sweeps `compacted/` in `regional` (outputs of compaction jobs that never committed:
+    /// the horizon fences `ReplaceFiles` outputs as it fences commits).
+    pub fn with_regional(mut self, regional: Vec<Arc<dyn ObjectStore>>) -> Self {
+        self.regional = regional;
+        self
     }
 
     /// Sweeps every `interval` until `stop` turns true.
@@ -120,9 +131,18 @@ impl OrphanSweeper {
             horizon_ms,
             ..SweepPass::default()
         };
-        for store in &self.stores {
+        let tiers = self
+            .stores
+            .iter()
+            .map(|store| (store, keys::ingest_prefix()))
+            .chain(
+                self.regional
+                    .iter()
+                    .map(|store| (store, keys::compacted_prefix())),
+            );
+        for (store, prefix) in tiers {
             let listed: Vec<Path> = match store
-                .list(Some(&Path::from("ingest")))
+                .list(Some(&prefix))
                 .map_ok(|meta| meta.location)
                 .try_collect()
                 .await
@@ -223,6 +243,17 @@ mod tests {
                 .await
                 .unwrap();
         }
+        // The regional bucket: an output that never committed (older than the horizon) and
+        // one still young.
+        let regional = Arc::new(InMemory::new());
+        let compacted = |id: FileId| keys::data_file(keys::Tier::Regional, &id);
+        let lost_output = id(now - 2 * HOUR, 5);
+        for file in [lost_output, young] {
+            regional
+                .put(&compacted(file), PutPayload::from("x"))
+                .await
+                .unwrap();
+        }
         let sweeper = OrphanSweeper::new(
             control.clone(),
             buckets
@@ -234,10 +265,16 @@ mod tests {
                 orphan_age: Duration::from_millis(HOUR as u64),
                 interval: Duration::from_secs(1),
             },
-        );
+        )
+        .with_regional(vec![regional.clone()]);
         let pass = sweeper.pass().await.unwrap();
         assert_eq!(pass.horizon_ms, now - HOUR);
-        assert_eq!((pass.deleted, pass.failed), (2, 0), "{pass:?}");
+        assert_eq!((pass.deleted, pass.failed), (3, 0), "{pass:?}");
+        assert!(
+            regional.head(&compacted(lost_output)).await.is_err(),
+            "lost output swept"
+        );
+        assert!(regional.head(&compacted(young)).await.is_ok());
         for bucket in &buckets {
             assert!(bucket.head(&key(orphan)).await.is_err(), "orphan swept");
             for kept in [live, released, young] {

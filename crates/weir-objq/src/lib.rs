@@ -55,6 +55,8 @@ pub struct Settings {
     pub write_retry: Duration,
     /// Requests waiting at a broker before senders wait.
     pub inbox: usize,
+    /// How long a member trusts the broker it last read from the object before reading again.
+    pub recheck: Duration,
 }
 
 impl Default for Settings {
@@ -65,6 +67,7 @@ impl Default for Settings {
             max_jobs: 256,
             write_retry: Duration::from_millis(200),
             inbox: 1024,
+            recheck: Duration::from_secs(30),
         }
     }
 }
@@ -170,6 +173,11 @@ pub struct Member {
     network: Arc<dyn Network>,
     settings: Settings,
     broker: Mutex<Option<JoinHandle<()>>>,
+    /// The broker the object named when last read, and when: asked first, so a healthy queue
+    /// costs one read of the object per [`Settings::recheck`] instead of one per request. (A
+    /// broker replaced while alive answers requests that change nothing from its memory until it
+    /// next writes; the re-read bounds how long a member keeps asking it.)
+    known: Mutex<Option<(BrokerInfo, Instant)>>,
 }
 
 impl Member {
@@ -188,6 +196,7 @@ impl Member {
             network,
             settings,
             broker: Mutex::new(None),
+            known: Mutex::new(None),
         }
     }
 
@@ -262,6 +271,10 @@ impl Member {
             .is_some_and(|t| !t.is_finished())
     }
 
+    fn known_broker(&self) -> MutexGuard<'_, Option<(BrokerInfo, Instant)>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn broker_task(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
         self.broker.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -276,6 +289,17 @@ impl Member {
     /// Sends `request` to the broker the object names, taking over when there is none or it has
     /// not answered for `broker_timeout`.
     async fn call(&self, request: Request) -> Result<Response, QueueError> {
+        let known = self
+            .known_broker()
+            .clone()
+            .filter(|(_, read)| read.elapsed() < self.settings.recheck);
+        if let Some((known, _)) = known {
+            match self.network.call(&known.address, request.clone()).await {
+                Ok(Response::NotBroker) | Err(_) => {}
+                Ok(answer) => return Ok(answer),
+            }
+        }
+        *self.known_broker() = None;
         let mut failing_since: Option<Instant> = None;
         loop {
             let (broker, version) = match self.cas.read().await? {
@@ -288,7 +312,10 @@ impl Member {
                         // Replaced: the object names the new one (or will shortly).
                         failing_since = None;
                     }
-                    Ok(answer) => return Ok(answer),
+                    Ok(answer) => {
+                        *self.known_broker() = Some((named.clone(), Instant::now()));
+                        return Ok(answer);
+                    }
                     Err(unreachable) => {
                         debug!(member = %self.id, %unreachable, "queue broker did not answer");
                         failing_since.get_or_insert_with(Instant::now);

@@ -52,6 +52,7 @@ fn fast() -> Settings {
         max_jobs: 64,
         write_retry: Duration::from_millis(10),
         inbox: 64,
+        recheck: Duration::from_secs(30),
     }
 }
 
@@ -438,4 +439,45 @@ async fn test_queue_duplicates_only_after_the_lease() {
     ));
     m[1].ack("w2", job.id).await.unwrap();
     assert!(m[0].snapshot().await.unwrap().jobs.is_empty());
+}
+
+/// A member asks the broker it knows without reading the object again (until `recheck`).
+#[tokio::test]
+async fn test_member_reads_the_object_once_for_many_requests() {
+    #[derive(Debug)]
+    struct CountingReads {
+        inner: Arc<dyn CasObject>,
+        reads: AtomicUsize,
+    }
+    #[async_trait]
+    impl CasObject for CountingReads {
+        async fn read(&self) -> Result<Option<(Bytes, Version)>, CasError> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.read().await
+        }
+        async fn write(
+            &self,
+            data: Bytes,
+            expected: Option<&Version>,
+        ) -> Result<Version, CasError> {
+            self.inner.write(data, expected).await
+        }
+    }
+    let counting = Arc::new(CountingReads {
+        inner: memory_cas(),
+        reads: AtomicUsize::new(0),
+    });
+    let cas: Arc<dyn CasObject> = counting.clone();
+    let m = members(&cas, 2, fast());
+    m[0].push(payloads(0..1)).await.unwrap();
+    m[1].claim("w").await.unwrap();
+    let after_first = counting.reads.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        assert_eq!(m[1].claim("w").await.unwrap(), None);
+    }
+    assert_eq!(
+        counting.reads.load(Ordering::SeqCst),
+        after_first,
+        "no reads while the broker answers"
+    );
 }

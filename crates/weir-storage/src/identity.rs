@@ -21,6 +21,7 @@ use crate::{keys, StorageError};
 
 const ID_HEADER: &str = "weir-bucket-id v1";
 const LIST_HEADER: &str = "weir-ingest-buckets v1";
+const REGIONAL_HEADER: &str = "weir-regional-bucket v1";
 
 fn create() -> PutOptions {
     PutOptions {
@@ -136,6 +137,55 @@ async fn latest_list(meta: &dyn ObjectStore) -> Result<Option<(u64, Vec<String>)
     };
     let bytes = meta.get(&keys::meta_buckets(latest)).await?.bytes().await?;
     Ok(Some((latest, parse_list(&bytes)?)))
+}
+
+/// Checks that `id` is the regional bucket compacted files were written to: the first start
+/// with compaction records it in the metadata bucket (`meta/regional-bucket`, create-only), and
+/// every later start must configure the same bucket, since compacted files are read only from
+/// it. `name` is `storage.compacted_bucket`, for the message.
+pub async fn check_regional(
+    meta: &dyn ObjectStore,
+    id: &str,
+    name: &str,
+) -> Result<(), StorageError> {
+    let key = keys::meta_regional_bucket();
+    let record = Bytes::from(format!("{REGIONAL_HEADER}\n{id}\n"));
+    for _ in 0..3 {
+        match meta.get(&key).await {
+            Ok(got) => {
+                let bytes = got.bytes().await?;
+                let text = std::str::from_utf8(&bytes).unwrap_or("");
+                let mut lines = text.lines();
+                return match (lines.next(), lines.next().map(str::trim)) {
+                    (Some(REGIONAL_HEADER), Some(recorded)) if recorded == id => Ok(()),
+                    (Some(REGIONAL_HEADER), Some(recorded)) => {
+                        Err(StorageError::BucketMismatch(format!(
+                        "storage.compacted_bucket {name} has bucket id {id}, but compacted files \
+                         were written to the bucket with id {recorded} ({key}): configure that \
+                         bucket again (compacted files are read only from it)"
+                    )))
+                    }
+                    _ => Err(StorageError::BucketMismatch(format!(
+                        "{key} in the metadata bucket is not a Weir regional bucket record"
+                    ))),
+                };
+            }
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match meta
+            .put_opts(&key, PutPayload::from(record.clone()), create())
+            .await
+        {
+            Ok(_) => return Ok(()),
+            // Another agent recorded one first: read and compare it.
+            Err(object_store::Error::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StorageError::BucketMismatch(format!(
+        "{key} kept changing while it was read"
+    )))
 }
 
 /// Checks the configured ingest buckets against the list recorded in the metadata bucket
@@ -432,5 +482,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("ingest_buckets[1] = s3://c"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn test_identity_regional_bucket_is_recorded_once_and_checked() {
+        let meta = InMemory::new();
+        let (a, b) = (InMemory::new(), InMemory::new());
+        let id_a = ensure_bucket_id(&a, "a").await.unwrap();
+        let id_b = ensure_bucket_id(&b, "b").await.unwrap();
+        check_regional(&meta, &id_a, "file:///a").await.unwrap();
+        check_regional(&meta, &id_a, "file:///a-again")
+            .await
+            .unwrap();
+        let err = check_regional(&meta, &id_b, "file:///b").await.unwrap_err();
+        assert!(matches!(err, StorageError::BucketMismatch(_)), "{err}");
+        assert!(
+            err.to_string().contains("file:///b") && err.to_string().contains(&id_a),
+            "{err}"
+        );
     }
 }

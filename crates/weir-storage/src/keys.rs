@@ -9,6 +9,7 @@
 //! meta/epoch/{epoch:020}                    control-plane writer epochs
 //! queue/{name}                              object-storage job queues
 //! meta/buckets/{n:020}                      ingest bucket ids in holder order (version n)
+//! meta/regional-bucket                      the regional (compacted) bucket's id
 //! weir/bucket-id                            this bucket's stable id (written at first use)
 //! weir/probe/{nonce}                        startup capability probes (deleted after)
 //! ```
@@ -111,6 +112,12 @@ pub fn parse_snapshot_chunk(path: &Path) -> Option<(u64, u32)> {
 /// Key of control-plane writer epoch `epoch`: `meta/epoch/{epoch:020}`.
 pub fn meta_epoch(epoch: u64) -> Path {
     meta_epoch_prefix().join(format!("{epoch:020}"))
+}
+
+/// Key recording the id of the regional bucket compacted files are written to:
+/// `meta/regional-bucket` (create-only, written at first use).
+pub fn meta_regional_bucket() -> Path {
+    Path::from_iter(["meta", "regional-bucket"])
 }
 
 /// Key of the job queue object `name`: `queue/{name}`.

@@ -79,6 +79,12 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if let Some(url) = &args.metadata_bucket {
         config.storage.metadata_bucket = url.clone();
     }
+    if let Some(url) = &args.compacted_bucket {
+        config.storage.compacted_bucket = url.clone();
+    }
+    if args.no_compaction {
+        config.compaction.enabled = false;
+    }
     if let Some(mode) = &args.ingest_writes {
         config.storage.ingest_writes = match mode.as_str() {
             "put" => IngestWriteMode::Put,
@@ -179,8 +185,15 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         clock.clone(),
         seed,
     );
-    let fetch = FetchReader::new(control.clone(), writer.clone(), cache)
+    let regional_reader = match &buckets.regional {
+        Some(bucket) => Some(Arc::new(QuorumWriter::new(vec![bucket.store.clone()], 1)?)),
+        None => None,
+    };
+    let mut fetch = FetchReader::new(control.clone(), writer.clone(), cache)
         .with_plan_ttl(config.gc.fetch_plan_ttl);
+    if let Some(regional) = &regional_reader {
+        fetch = fetch.with_regional(regional.clone());
+    }
     let settings = BrokerSettings {
         node_id: config.agent.node_id,
         advertised_host,
@@ -225,12 +238,35 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         "weir agent listening"
     );
     let (stop_tx, stop_rx) = watch::channel(false);
+    let compactor = start_compaction(
+        &config,
+        &buckets,
+        control.clone(),
+        writer.clone(),
+        wall_clock.clone(),
+        seed,
+    )
+    .await?;
+    let compacting: Vec<_> = match &compactor {
+        Some(compactor) => {
+            let mut tasks = vec![tokio::spawn(compactor.clone().run_planner(stop_rx.clone()))];
+            for n in 0..config.compaction.workers {
+                let worker = format!("{}-w{n}", compactor_member_id(&config));
+                tasks.push(tokio::spawn(
+                    compactor.clone().run_worker(worker, stop_rx.clone()),
+                ));
+            }
+            tasks
+        }
+        None => Vec::new(),
+    };
     let report = crate::report::Sources {
         storage: storage_stats.clone(),
         pool: match &ingest {
             IngestWrites::Pool(pool) => Some(pool.clone()),
             IngestWrites::Put => None,
         },
+        compaction: compactor.clone(),
     };
     let reporting = crate::report::spawn(&config.agent.storage_report, &report);
     let retention = tokio::spawn(weir_control::maintenance::run_maintenance(
@@ -240,6 +276,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         wall_clock.clone(),
         stop_rx.clone(),
     ));
+    let regional_stores: Vec<_> = buckets.regional.iter().map(|b| b.store.clone()).collect();
     let deleter = weir_control::gc::FileDeleter::new(
         control.clone(),
         buckets.ingest_stores(),
@@ -247,7 +284,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             grace: config.gc.grace,
             interval: config.gc.interval,
         },
-    );
+    )
+    .with_regional(regional_stores.clone());
     let deleting = tokio::spawn(deleter.run(stop_rx.clone()));
     let sweeper = weir_control::sweep::OrphanSweeper::new(
         control.clone(),
@@ -257,7 +295,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             orphan_age: config.gc.orphan_age,
             interval: config.gc.sweep_interval,
         },
-    );
+    )
+    .with_regional(regional_stores);
     let sweeping = tokio::spawn(sweeper.run(stop_rx.clone()));
     let group_expiry = tokio::spawn(weir_server::run_group_expiry(
         broker,
@@ -277,6 +316,21 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = deleting.await;
     let _ = sweeping.await;
     let _ = group_expiry.await;
+    for task in compacting {
+        let _ = task.await;
+    }
+    if let Some(compactor) = &compactor {
+        let s = compactor.stats();
+        info!(
+            jobs_done = s.jobs_done,
+            jobs_refused = s.jobs_conflicted,
+            jobs_retried = s.jobs_retried,
+            input_files = s.input_files,
+            outputs = s.outputs,
+            bytes_written = s.bytes_written,
+            "compaction"
+        );
+    }
     control.shutdown().await;
     if let IngestWrites::Pool(pool) = &ingest {
         pool.shutdown().await;
@@ -315,6 +369,78 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// This agent's name in the compaction queue.
+fn compactor_member_id(config: &Config) -> String {
+    format!("agent-{}-{}", config.agent.node_id, std::process::id())
+}
+
+/// The compaction planner and workers (RFC 0005), when compaction is on and a regional bucket
+/// is configured. The job queue lives in the metadata bucket: through its compare-and-set
+/// (checked first), or for a `file://` metadata bucket through the local compare-and-set on
+/// the same directory.
+async fn start_compaction(
+    config: &Config,
+    buckets: &Buckets,
+    control: ControlPlane,
+    ingest: Arc<QuorumWriter>,
+    clock: Arc<dyn Clock>,
+    seed: u64,
+) -> anyhow::Result<Option<Arc<weir_compactor::Compactor>>> {
+    let Some(regional) = buckets
+        .regional
+        .as_ref()
+        .filter(|_| config.compaction.enabled)
+    else {
+        if !config.compaction.enabled {
+            info!("compaction is off (compaction.enabled = false)");
+        }
+        return Ok(None);
+    };
+    let meta = weir_storage::BucketUrl::parse(&buckets.metadata.name)?;
+    let cas: Arc<dyn weir_objq::cas::CasObject> = if meta.scheme == "file" {
+        let dir = std::path::Path::new(&meta.bucket).join("queue");
+        Arc::new(
+            weir_objq::cas::local::LocalCas::new(&dir, "compaction")
+                .map_err(|e| anyhow::anyhow!("the compaction queue in {}: {e}", dir.display()))?,
+        )
+    } else {
+        weir_storage::probe::compare_and_set(
+            buckets.metadata.direct.as_ref(),
+            &buckets.metadata.name,
+            "the compaction job queue (or run with compaction.enabled = false)",
+        )
+        .await?;
+        Arc::new(weir_objq::cas::ObjectStoreCas::new(
+            buckets.metadata.store.clone(),
+            weir_storage::keys::queue("compaction"),
+        ))
+    };
+    let queue_settings = config.compaction.queue_settings();
+    let member = Arc::new(weir_objq::Member::new(
+        &compactor_member_id(config),
+        "local",
+        cas,
+        weir_objq::LocalNetwork::new(&queue_settings),
+        queue_settings,
+    ));
+    info!(
+        bucket = %regional.name,
+        workers = config.compaction.workers,
+        target_file_bytes = config.compaction.target_file_bytes,
+        max_input_age = ?config.compaction.max_input_age,
+        "compaction on"
+    );
+    Ok(Some(Arc::new(weir_compactor::Compactor::new(
+        control,
+        ingest,
+        regional.store.clone(),
+        member,
+        clock,
+        config.compaction.settings(),
+        seed,
+    ))))
 }
 
 /// How sealed files reach the ingest buckets (`storage.ingest_writes`): appends into pooled

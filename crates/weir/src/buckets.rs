@@ -83,6 +83,9 @@ pub(crate) struct Buckets {
     pub(crate) metadata: Bucket,
     /// Whether `metadata` is its own bucket (not `ingest[0]`).
     pub(crate) separate_metadata: bool,
+    /// The regional bucket compacted files go to (`storage.compacted_bucket` or its default);
+    /// `None` with cloud ingest buckets and no `compacted_bucket` (compaction stays off).
+    pub(crate) regional: Option<Bucket>,
     /// Request counters of every bucket (each registered once).
     pub(crate) stats: StorageStats,
 }
@@ -143,10 +146,26 @@ impl Buckets {
                 true,
             )
         };
+        let regional = match compacted_url(config, &urls)? {
+            Some(url) => {
+                // A local stand-in for the regional bucket is priced like the regional bucket
+                // of its profile's cloud.
+                let profile = match storage.profile.as_str() {
+                    "s3-express" => "s3-standard",
+                    "gcs-rapid" => "gcs-regional",
+                    other => other,
+                };
+                let (name, raw, bucket_stats) = open_priced(storage, &url, &stats, profile).await?;
+                info!(bucket = %name, "compacted files in this bucket");
+                Some(Bucket::new(name, layered(raw, storage, bucket_stats)))
+            }
+            None => None,
+        };
         Ok(Buckets {
             ingest,
             metadata,
             separate_metadata,
+            regional,
             stats,
         })
     }
@@ -210,6 +229,12 @@ impl Buckets {
                  once every bucket's id is known"
             ),
         }
+        if let Some(regional) = &self.regional {
+            let id = identify(regional, "compacted files and its bucket id")
+                .await
+                .map_err(|e| fatal(&regional.name, e))?;
+            identity::check_regional(self.metadata.direct.as_ref(), &id, &regional.name).await?;
+        }
         if ids.iter().all(Option::is_some) {
             return Ok(None);
         }
@@ -230,6 +255,36 @@ impl Buckets {
     pub(crate) fn ingest_stores(&self) -> Vec<Arc<dyn ObjectStore>> {
         self.ingest.iter().map(|b| b.store.clone()).collect()
     }
+}
+
+/// The URL of the regional bucket: `storage.compacted_bucket`, else `compacted` beside the first
+/// ingest bucket when that is local (`file://…/compacted`, or `memory://compacted` when every
+/// ingest bucket is in memory); `None` for cloud ingest buckets without one (Weir keeps no data
+/// on local disk behind a cloud deployment's back).
+fn compacted_url(config: &Config, ingest: &[String]) -> anyhow::Result<Option<String>> {
+    let configured = &config.storage.compacted_bucket;
+    if !configured.is_empty() {
+        return Ok(Some(configured.clone()));
+    }
+    let parsed: Vec<BucketUrl> = ingest
+        .iter()
+        .map(|url| BucketUrl::parse(url))
+        .collect::<Result<_, _>>()?;
+    if parsed.iter().all(|p| p.scheme == "memory") {
+        return Ok(Some("memory://compacted".to_string()));
+    }
+    if let Some(first) = parsed.first().filter(|p| p.scheme == "file") {
+        let dir = std::path::Path::new(&first.bucket);
+        let beside = dir.parent().unwrap_or(dir).join("compacted");
+        return Ok(Some(format!("file://{}", beside.display())));
+    }
+    if config.compaction.enabled {
+        warn!(
+            "compaction is off: the ingest buckets are in the cloud and storage.compacted_bucket \
+             is empty; set it to a regional bucket (s3://…, gs://…) to compact"
+        );
+    }
+    Ok(None)
 }
 
 /// Refuses configurations that would silently not do what they say: the same bucket twice in the
@@ -378,6 +433,16 @@ async fn open_raw(
     url: &str,
     stats: &StorageStats,
 ) -> anyhow::Result<(String, Stack, Arc<BucketStats>)> {
+    open_priced(storage, url, stats, &storage.profile).await
+}
+
+/// [`open_raw`], pricing a local bucket without its own price class as a bucket of `profile`.
+async fn open_priced(
+    storage: &StorageConfig,
+    url: &str,
+    stats: &StorageStats,
+    profile: &str,
+) -> anyhow::Result<(String, Stack, Arc<BucketStats>)> {
     let parsed = BucketUrl::parse(url)?;
     let name = parsed.display_name();
     // Keys are merged by meaning (`endpoint` = `aws_endpoint`), the bucket's own over the
@@ -397,7 +462,7 @@ async fn open_raw(
         }
     }
     let price_class = parsed.option(&options, PRICE_OPTION).unwrap_or_else(|| {
-        PriceTable::default_class(&parsed.scheme, &parsed.bucket, &storage.profile).to_string()
+        PriceTable::default_class(&parsed.scheme, &parsed.bucket, profile).to_string()
     });
     let prices = match storage.prices.get(&price_class) {
         Some(table) => *table,

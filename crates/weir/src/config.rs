@@ -22,6 +22,7 @@ pub(crate) struct Config {
     pub(crate) groups: GroupsConfig,
     pub(crate) retention: RetentionConfig,
     pub(crate) gc: GcConfig,
+    pub(crate) compaction: CompactionConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +70,8 @@ pub(crate) struct StorageConfig {
     #[serde(with = "humantime_serde")]
     pub(crate) slow_bucket_delay: Duration,
     pub(crate) metadata_bucket: String,
+    /// The regional bucket compacted files go to ("": beside the default local bucket).
+    pub(crate) compacted_bucket: String,
     pub(crate) max_lagging_bytes_per_bucket: u64,
     #[serde(with = "humantime_serde")]
     pub(crate) read_hedge_after: Duration,
@@ -236,6 +239,49 @@ pub(crate) struct GcConfig {
     pub(crate) sweep_interval: Duration,
     #[serde(with = "humantime_serde")]
     pub(crate) orphan_age: Duration,
+}
+
+/// `[compaction]` (RFC 0005).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompactionConfig {
+    pub(crate) enabled: bool,
+    pub(crate) workers: usize,
+    pub(crate) target_file_bytes: u64,
+    pub(crate) max_inputs: usize,
+    #[serde(with = "humantime_serde")]
+    pub(crate) min_input_age: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) max_input_age: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) plan_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) job_lease: Duration,
+    pub(crate) max_queued_jobs: usize,
+}
+
+impl CompactionConfig {
+    pub(crate) fn settings(&self) -> weir_compactor::Settings {
+        weir_compactor::Settings {
+            target_file_bytes: self.target_file_bytes,
+            max_inputs: self.max_inputs,
+            min_input_age: self.min_input_age,
+            max_input_age: self.max_input_age,
+            plan_interval: self.plan_interval,
+            job_lease: self.job_lease,
+            // A planned file still in the ingest tier after a few leases lost its job.
+            replan_after: (self.job_lease * 4).max(self.max_input_age),
+            ..weir_compactor::Settings::default()
+        }
+    }
+
+    pub(crate) fn queue_settings(&self) -> weir_objq::Settings {
+        weir_objq::Settings {
+            lease: self.job_lease,
+            max_jobs: self.max_queued_jobs,
+            ..weir_objq::Settings::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -465,6 +511,22 @@ impl Config {
         }
         if self.retention.default_ms < -1 || self.retention.default_bytes < -1 {
             bail!("retention.default_ms and retention.default_bytes must be -1 (forever) or more");
+        }
+        let compaction = &self.compaction;
+        if compaction.enabled
+            && (compaction.workers > 64
+                || compaction.target_file_bytes < 1 << 20
+                || compaction.max_inputs == 0
+                || compaction.max_queued_jobs == 0
+                || compaction.plan_interval.is_zero()
+                || compaction.job_lease < Duration::from_secs(1)
+                || compaction.max_input_age < compaction.min_input_age)
+        {
+            bail!(
+                "invalid [compaction]: workers at most 64, target_file_bytes at least 1 MiB, \
+                 max_inputs, max_queued_jobs and plan_interval above 0, job_lease at least 1s, \
+                 max_input_age at least min_input_age"
+            );
         }
         if self.gc.fetch_plan_ttl.is_zero() || self.gc.grace <= self.gc.fetch_plan_ttl * 2 {
             bail!(

@@ -92,6 +92,12 @@ pub(crate) struct AgentArgs {
     /// bucket can), put, or append (storage.ingest_writes).
     #[arg(long, value_parser = ["auto", "put", "append"])]
     ingest_writes: Option<String>,
+    /// Bucket URL compacted files go to (storage.compacted_bucket).
+    #[arg(long)]
+    compacted_bucket: Option<String>,
+    /// Run without compaction (compaction.enabled = false).
+    #[arg(long)]
+    no_compaction: bool,
     /// Write the object-storage counters as JSON to this file (every second and at shutdown).
     #[arg(long)]
     storage_report: Option<PathBuf>,

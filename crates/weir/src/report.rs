@@ -45,6 +45,8 @@ pub(crate) struct Sources {
     pub(crate) storage: StorageStats,
     /// The WriterPool, on the appendable ingest path.
     pub(crate) pool: Option<IngestPool>,
+    /// Compaction, when it runs.
+    pub(crate) compaction: Option<std::sync::Arc<weir_compactor::Compactor>>,
 }
 
 /// The report document now.
@@ -62,6 +64,9 @@ pub(crate) fn render(sources: &Sources) -> String {
             "discarded": s.discarded,
             "load_errors": s.load_errors,
         });
+    }
+    if let Some(compactor) = &sources.compaction {
+        doc["compaction"] = json!(compactor.stats());
     }
     doc.to_string()
 }
@@ -130,6 +135,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("storage.json");
         let sources = Sources {
+            compaction: None,
             storage: stats,
             pool: None,
         };

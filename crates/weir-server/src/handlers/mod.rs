@@ -49,9 +49,10 @@ pub(crate) fn control_error_code(error: &ControlError) -> i16 {
         ControlError::OutOfOrderSequence { .. } => error_code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ControlError::InvalidProducerEpoch { .. } => error_code::INVALID_PRODUCER_EPOCH,
         ControlError::UnknownProducerId(_) => error_code::UNKNOWN_PRODUCER_ID,
-        ControlError::CommitOutOfOrder { .. } | ControlError::FileTooOld { .. } => {
-            error_code::KAFKA_STORAGE_ERROR
-        }
+        // Compaction's conflict never reaches a client; mapped for completeness.
+        ControlError::CommitOutOfOrder { .. }
+        | ControlError::FileTooOld { .. }
+        | ControlError::ReplaceConflict(_) => error_code::KAFKA_STORAGE_ERROR,
         ControlError::OffsetMetadataTooLarge { .. } => error_code::OFFSET_METADATA_TOO_LARGE,
         ControlError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
         ControlError::Unavailable(_) => error_code::REQUEST_TIMED_OUT,

@@ -58,7 +58,12 @@ async fn test_buckets_slow_and_down_buckets_are_wrapped() {
         &buckets.ingest[0].store
     ));
     assert!(!buckets.separate_metadata);
-    assert_eq!(buckets.stats.snapshot().len(), 3);
+    // Three ingest buckets and the regional one beside them (memory://compacted).
+    assert_eq!(buckets.stats.snapshot().len(), 4);
+    assert_eq!(
+        buckets.regional.as_ref().unwrap().name,
+        "memory://compacted"
+    );
 
     let err = config_from_flags(&["--ingest-bucket", "memory://a", "--slow-bucket", "1"])
         .unwrap_err()
@@ -105,7 +110,8 @@ async fn test_buckets_metadata_bucket_gets_the_fault_model_and_its_price() {
         [
             "memory://a=s3-express",
             "memory://b=s3-standard",
-            "memory://meta=s3-express"
+            "memory://meta=s3-express",
+            "memory://compacted=s3-standard"
         ]
     );
 
@@ -206,6 +212,7 @@ async fn test_buckets_store_ignoring_conditions_refuses_to_start() {
         ingest: vec![Bucket::new("s3://weir-a".into(), good)],
         metadata: Bucket::new("s3://weir-meta".into(), store),
         separate_metadata: true,
+        regional: None,
         stats: StorageStats::new(),
     };
     let err = match buckets.verify().await {
@@ -338,6 +345,7 @@ fn buckets_over(
         ingest,
         metadata: Bucket::new("s3://meta".into(), small_layer(meta.clone())),
         separate_metadata: true,
+        regional: None,
         stats: StorageStats::new(),
     };
     (buckets, outages)
@@ -462,4 +470,48 @@ async fn test_buckets_zonal_cloud_buckets_get_their_appendable_clients() {
     ])
     .await;
     assert!(err.contains("gs://weir-zonal"), "{err}");
+}
+
+/// Where compacted files go when `storage.compacted_bucket` is empty: beside the first local
+/// ingest bucket, in memory for memory buckets, nowhere (compaction off) for cloud buckets.
+#[test]
+fn test_buckets_compacted_bucket_defaults() {
+    let url = |flags: &[&str]| {
+        let config = config_from_flags(flags).unwrap();
+        let ingest = if config.storage.ingest_buckets.is_empty() {
+            vec!["file:///data/bucket".to_string()]
+        } else {
+            config.storage.ingest_buckets.clone()
+        };
+        compacted_url(&config, &ingest).unwrap()
+    };
+    assert_eq!(url(&[]).as_deref(), Some("file:///data/compacted"));
+    assert_eq!(
+        url(&[
+            "--ingest-bucket",
+            "file:///d/b0",
+            "--ingest-bucket",
+            "file:///d/b1"
+        ])
+        .as_deref(),
+        Some("file:///d/compacted")
+    );
+    assert_eq!(
+        url(&["--ingest-bucket", "memory://a"]).as_deref(),
+        Some("memory://compacted")
+    );
+    assert_eq!(
+        url(&["--ingest-bucket", "s3://zonal--use1-az4--x-s3"]),
+        None
+    );
+    assert_eq!(
+        url(&[
+            "--ingest-bucket",
+            "s3://zonal--use1-az4--x-s3",
+            "--compacted-bucket",
+            "s3://regional"
+        ])
+        .as_deref(),
+        Some("s3://regional")
+    );
 }
