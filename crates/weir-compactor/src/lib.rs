@@ -290,6 +290,8 @@ impl Compactor {
                 warn!(job = job.id, %err, "compaction job failed; it goes back to the queue");
                 self.counters.jobs_retried.fetch_add(1, Ordering::Relaxed);
                 self.queue.nack(worker, job.id).await?;
+                // Not straight back at a bucket that just failed.
+                tokio::time::sleep(self.settings.poll_interval).await;
             }
         }
         Ok(true)

@@ -21,7 +21,7 @@ use crate::state::{BrokerInfo, Leases, QueueState, Request, Response};
 use crate::{QueueError, Settings};
 
 /// A request with the channel its answer goes back on.
-pub(crate) type Envelope = (Request, oneshot::Sender<Response>);
+pub type Envelope = (Request, oneshot::Sender<Response>);
 
 /// What a takeover expects to find in the object.
 #[derive(Debug, Clone)]

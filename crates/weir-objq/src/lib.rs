@@ -294,7 +294,7 @@ impl Member {
             .clone()
             .filter(|(_, read)| read.elapsed() < self.settings.recheck);
         if let Some((known, _)) = known {
-            match self.network.call(&known.address, request.clone()).await {
+            match self.ask(&known.address, &request).await {
                 Ok(Response::NotBroker) | Err(_) => {}
                 Ok(answer) => return Ok(answer),
             }
@@ -307,7 +307,7 @@ impl Member {
                 Some((bytes, version)) => (QueueState::decode(&bytes)?.broker, Some(version)),
             };
             if let Some(named) = &broker {
-                match self.network.call(&named.address, request.clone()).await {
+                match self.ask(&named.address, &request).await {
                     Ok(Response::NotBroker) => {
                         // Replaced: the object names the new one (or will shortly).
                         failing_since = None;
@@ -335,6 +335,23 @@ impl Member {
                 }
             }
             tokio::time::sleep(self.settings.write_retry).await;
+        }
+    }
+
+    /// Sends `request` to the broker at `address`; a broker that has not answered within
+    /// `broker_timeout` (its process hangs or died mid-request) counts as unreachable.
+    async fn ask(&self, address: &str, request: &Request) -> Result<Response, Unreachable> {
+        match tokio::time::timeout(
+            self.settings.broker_timeout,
+            self.network.call(address, request.clone()),
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(_) => Err(Unreachable {
+                address: address.to_string(),
+                reason: format!("no answer within {:?}", self.settings.broker_timeout),
+            }),
         }
     }
 

@@ -481,3 +481,47 @@ async fn test_member_reads_the_object_once_for_many_requests() {
         "no reads while the broker answers"
     );
 }
+
+/// A broker whose process hangs (its writes never return) answers nothing: another member
+/// takes over after `broker_timeout` and the queue goes on without it.
+#[tokio::test]
+async fn test_queue_takes_over_from_a_hung_broker() {
+    #[derive(Debug)]
+    struct Hangable {
+        inner: Arc<dyn CasObject>,
+        hung: std::sync::atomic::AtomicBool,
+    }
+    #[async_trait]
+    impl CasObject for Hangable {
+        async fn read(&self) -> Result<Option<(Bytes, Version)>, CasError> {
+            self.inner.read().await
+        }
+        async fn write(
+            &self,
+            data: Bytes,
+            expected: Option<&Version>,
+        ) -> Result<Version, CasError> {
+            if self.hung.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            self.inner.write(data, expected).await
+        }
+    }
+    let shared = memory_cas();
+    let settings = fast();
+    let network = LocalNetwork::new(&settings);
+    let hangable = Arc::new(Hangable {
+        inner: shared.clone(),
+        hung: std::sync::atomic::AtomicBool::new(false),
+    });
+    let a = Member::new("a", "local:a", hangable.clone(), network.clone(), settings);
+    let b = Member::new("b", "local:b", shared.clone(), network.clone(), settings);
+    a.push(payloads(0..1)).await.unwrap();
+    assert!(a.runs_broker());
+    hangable.hung.store(true, Ordering::SeqCst);
+    assert_eq!(b.push(payloads(1..2)).await.unwrap(), vec![2]);
+    assert!(b.runs_broker());
+    let state = b.snapshot().await.unwrap();
+    assert_eq!(state.broker.unwrap().id, "b");
+    assert_eq!(state.jobs.len(), 2);
+}

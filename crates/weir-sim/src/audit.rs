@@ -24,6 +24,8 @@ use weir_storage::keys;
 use crate::archive::LogArchive;
 use crate::client::{BatchId, Stamps};
 use crate::ledger::DeleteLedger;
+
+mod discards;
 use crate::replay::Incremental;
 
 /// What a committed batch is, read from its bytes in a bucket.
@@ -91,6 +93,8 @@ pub(crate) struct Auditor {
     /// Every log slot written, for the independent replay (GC deletes from `raw_control`).
     archive: Arc<LogArchive>,
     raw_buckets: Vec<Arc<InMemory>>,
+    /// The regional bucket of compaction seeds (compacted files have one holder, in it).
+    raw_regional: Option<Arc<InMemory>>,
     quorum: usize,
     /// Batch identity by (file, byte offset): files never change once written.
     identities: BTreeMap<(FileId, u64), Seen>,
@@ -113,6 +117,9 @@ pub(crate) struct Auditor {
     /// On the appendable path: files deleted while no log entry named them (the WriterPool
     /// discarding unused objects), by the bucket that saw it. None of them may commit later.
     pool_discards: Option<BTreeMap<FileId, usize>>,
+    /// Compaction seeds: outputs a worker deleted after its swap was refused (no entry names
+    /// them). None of them may be named later.
+    output_discards: Option<BTreeMap<FileId, usize>>,
 }
 
 impl Auditor {
@@ -127,6 +134,7 @@ impl Auditor {
             raw_control,
             archive,
             raw_buckets,
+            raw_regional: None,
             quorum,
             identities: BTreeMap::new(),
             files_checked: BTreeSet::new(),
@@ -138,6 +146,24 @@ impl Auditor {
             log_starts: Vec::new(),
             log_start_advance: 0,
             pool_discards: None,
+            output_discards: None,
+        }
+    }
+
+    /// Reads compacted files from `raw` (the regional bucket), and accepts DELETEs of
+    /// compacted files no entry names (a worker removing the output of a refused swap),
+    /// checking instead that no entry ever names them afterwards.
+    pub(crate) fn with_regional(mut self, raw: Arc<InMemory>) -> Auditor {
+        self.raw_regional = Some(raw);
+        self.output_discards = Some(BTreeMap::new());
+        self
+    }
+
+    /// The raw store of holder `holder` of a file of `tier`.
+    fn raw_of(&self, tier: weir_common::Tier, holder: u8) -> Option<&Arc<InMemory>> {
+        match tier {
+            weir_common::Tier::Ingest => self.raw_buckets.get(usize::from(holder)),
+            weir_common::Tier::Regional => self.raw_regional.as_ref().filter(|_| holder == 0),
         }
     }
 
@@ -147,21 +173,6 @@ impl Auditor {
     pub(crate) fn with_pool_discards(mut self) -> Auditor {
         self.pool_discards = Some(BTreeMap::new());
         self
-    }
-
-    /// Records `key` as discarded by the pool if it is a data file no entry names.
-    fn pool_discard(&mut self, key: &object_store::path::Path, bucket: usize) -> bool {
-        let Some(discards) = self.pool_discards.as_mut() else {
-            return false;
-        };
-        let Some((_, id)) = weir_storage::keys::parse_data_file(key) else {
-            return false;
-        };
-        if self.durable.state().knows_file(&id) {
-            return false;
-        }
-        discards.insert(id, bucket);
-        true
     }
 
     /// GC-1: every DELETE a gate saw since the last call was of a file the durable state of that
@@ -193,7 +204,8 @@ impl Auditor {
                 ));
             } else if !(delete.repeat
                 || self.deletable(&delete.key)
-                || (delete.empty && self.pool_discard(&delete.key, delete.bucket)))
+                || (delete.empty && self.pool_discard(&delete.key, delete.bucket))
+                || self.output_discard(&delete.key, delete.bucket))
             {
                 violations.push(format!(
                     "GC-1: bucket {} saw a DELETE of {}, neither released in the durable state \
@@ -215,6 +227,17 @@ impl Auditor {
                     violations.push(format!(
                         "GC-1: file {id} committed after bucket {bucket} deleted it as an unused \
                          pooled object"
+                    ));
+                }
+            }
+        }
+        if let Some(discards) = &self.output_discards {
+            let state = self.durable.state();
+            for (id, bucket) in discards {
+                if state.knows_file(id) {
+                    violations.push(format!(
+                        "GC-1: compacted file {id} swapped in after bucket {bucket} deleted it \
+                         as the output of a refused swap"
                     ));
                 }
             }
@@ -413,16 +436,20 @@ impl Auditor {
         };
         let key = keys::data_file(meta.tier, &entry.file_id);
         if self.files_checked.insert(entry.file_id) {
-            if meta.buckets.len() < self.quorum {
+            let quorum = match meta.tier {
+                weir_common::Tier::Ingest => self.quorum,
+                weir_common::Tier::Regional => 1,
+            };
+            if meta.buckets.len() < quorum {
                 violations.push(format!(
                     "file {} committed with {} holders, quorum is {}",
                     entry.file_id,
                     meta.buckets.len(),
-                    self.quorum
+                    quorum
                 ));
             }
             for holder in &meta.buckets {
-                let present = match self.raw_buckets.get(usize::from(*holder)) {
+                let present = match self.raw_of(meta.tier, *holder) {
                     Some(bucket) => bucket.head(&key).await.is_ok(),
                     None => false,
                 };
@@ -437,9 +464,9 @@ impl Auditor {
         if let Some(seen) = self.identities.get(&(entry.file_id, entry.byte_offset)) {
             return Some(*seen);
         }
-        let holder = usize::from(*meta.buckets.first()?);
+        let raw = self.raw_of(meta.tier, *meta.buckets.first()?)?.clone();
         let range = entry.byte_offset..entry.byte_offset + u64::from(entry.len);
-        let bytes = match self.raw_buckets[holder].get_range(&key, range).await {
+        let bytes = match raw.get_range(&key, range).await {
             Ok(bytes) => bytes,
             Err(err) => {
                 violations.push(format!("batch of {} unreadable: {err}", entry.file_id));

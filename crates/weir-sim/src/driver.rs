@@ -5,6 +5,7 @@
 
 mod agents;
 mod checks;
+mod compaction;
 mod expiry;
 mod faults;
 mod loggc;
@@ -139,6 +140,8 @@ struct Incarnation {
     fetch: FetchReader,
     /// Dropping it stops the incarnation's file deleter (a halted one hangs in its gates).
     _deleter: tokio::sync::watch::Sender<bool>,
+    /// Dropping it stops the incarnation's compaction planner and workers.
+    _compaction: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Incarnation {
@@ -298,6 +301,13 @@ struct World {
     report: SimReport,
     /// The WriterPools of every incarnation (appendable seeds), for the report.
     pools: Vec<weir_produce::IngestPool>,
+    /// Compaction seeds: the regional bucket, the queue's in-process network shared by every
+    /// agent, each incarnation's compactor (for the report), and the draws of regional outages.
+    regional: Option<Bucket>,
+    queue_network: Arc<weir_objq::LocalNetwork>,
+    compactors: Vec<Arc<weir_compactor::Compactor>>,
+    compaction_rng: fastrand::Rng,
+    regional_down_until: Option<tokio::time::Instant>,
 }
 
 /// A bucket; `create_conflicts` (the metadata bucket's) gives it the scenario's create-only
@@ -365,6 +375,9 @@ impl World {
         let mut log_append_rng = fastrand::Rng::with_seed(seed ^ 0x6c6f_6761_7070);
         scenario.log_append = scenario::LogAppendScenario::pick(&mut log_append_rng);
         let log_fence = scenario.log_append.map(|a| a.fence);
+        let mut compaction_rng = fastrand::Rng::with_seed(seed ^ 0x0063_6f6d_7061_6374);
+        scenario.compaction = compaction::CompactionScenario::pick(&mut compaction_rng);
+        let regional = World::regional_bucket(&scenario, &mut compaction_rng);
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(
             &mut rng,
@@ -381,9 +394,14 @@ impl World {
                 archive.landed(path, bytes, true)
             }));
         }
+        // The regional bucket is the ledger's bucket after the ingest ones.
         let ledger = Arc::new(DeleteLedger::new(
             archive.clone(),
-            buckets.iter().map(|b| b.raw.clone()).collect(),
+            buckets
+                .iter()
+                .chain(regional.iter())
+                .map(|b| b.raw.clone())
+                .collect(),
         ));
         let mut auditor = Auditor::new(
             log_bucket.raw.clone(),
@@ -392,6 +410,9 @@ impl World {
             scenario.quorum,
             ledger.clone(),
         );
+        if let Some(regional) = &regional {
+            auditor = auditor.with_regional(regional.raw.clone());
+        }
         if scenario.append.is_some() {
             auditor = auditor.with_pool_discards();
         }
@@ -453,6 +474,11 @@ impl World {
             clock_origin: tokio::time::Instant::now(),
             report,
             pools: Vec::new(),
+            regional,
+            queue_network: weir_objq::LocalNetwork::new(&weir_objq::Settings::default()),
+            compactors: Vec::new(),
+            compaction_rng,
+            regional_down_until: None,
         }
     }
 
@@ -495,12 +521,14 @@ impl World {
             self.inject_gc();
             self.inject_slot_holds();
             self.inject_expiry();
+            self.inject_compaction_faults();
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;
             }
         }
         self.heal();
+        self.heal_compaction();
         let healed_at = tokio::time::Instant::now();
         let mut step = options.steps;
         while !self.converged() {
@@ -540,6 +568,7 @@ impl World {
             self.report.pool_misses += stats.misses;
             self.report.pool_discards += stats.discarded;
         }
+        self.report_compaction();
         self.report.trace_hash = self.trace;
     }
 

@@ -69,7 +69,9 @@ impl DeleteLedger {
 
     /// Notes a DELETE of `key` in `bucket` (other keys than data files are not recorded).
     pub(crate) async fn record(&self, key: &Path, bucket: usize) {
-        if !key.prefix_matches(&keys::ingest_prefix()) {
+        if !key.prefix_matches(&keys::ingest_prefix())
+            && !key.prefix_matches(&keys::compacted_prefix())
+        {
             return;
         }
         let durable_slots = self.durable_slots();

@@ -124,10 +124,28 @@ impl World {
         } else {
             cache
         };
-        let fetch = FetchReader::new(control.clone(), reader, fetch_cache)
+        let mut fetch = FetchReader::new(control.clone(), reader.clone(), fetch_cache)
             .with_plan_ttl(self.scenario.gc.plan_ttl);
-        let deleter = self.start_deleter(control.clone(), stores.clone());
-        self.start_sweeper(control.clone(), stores, clock, deleter.subscribe());
+        let regional: Vec<Arc<dyn ObjectStore>> =
+            self.regional_store(number, &halted).into_iter().collect();
+        if let Some(store) = regional.first() {
+            let read = layered(
+                "regional-read",
+                store.clone(),
+                LayerPolicy::default().with_request_timeout(self.scenario.gc.read_timeout),
+                u64::from(number) << 8 | 0xfd,
+            );
+            fetch = fetch.with_regional(Arc::new(QuorumWriter::new(vec![read], 1).expect("one")));
+        }
+        let deleter = self.start_deleter(control.clone(), stores.clone(), regional.clone());
+        self.start_sweeper(
+            control.clone(),
+            stores,
+            regional,
+            clock.clone(),
+            deleter.subscribe(),
+        );
+        let compaction = self.start_compaction(number, &halted, &control, reader, clock);
         self.incarnations.push(Incarnation {
             number,
             halted,
@@ -135,6 +153,7 @@ impl World {
             pipeline,
             fetch,
             _deleter: deleter,
+            _compaction: compaction,
         });
     }
 
@@ -523,7 +542,7 @@ impl World {
 /// The production storage layer (deadlines, retries) over a simulated bucket. Its backoff jitter
 /// is seeded from the incarnation and bucket, not drawn from the world's generator, so adding
 /// the layer left every seed's fault schedule as it was.
-fn layered(
+pub(super) fn layered(
     name: &str,
     store: Arc<dyn ObjectStore>,
     policy: LayerPolicy,

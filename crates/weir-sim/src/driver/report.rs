@@ -86,6 +86,13 @@ pub struct SimReport {
     pub pool_hits: u64,
     pub pool_misses: u64,
     pub pool_discards: u64,
+    /// Compaction seeds: swaps committed, swaps refused (their outputs deleted), batches moved
+    /// to the regional bucket, and its outages.
+    pub compactions: u64,
+    pub compaction_jobs: u64,
+    pub compactions_refused: u64,
+    pub batches_compacted: u64,
+    pub regional_outages: u32,
     pub consumed_batches: u64,
     pub audits: u32,
     /// Breaches found by the final audit.
@@ -112,7 +119,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards; lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages); lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -159,6 +166,11 @@ impl fmt::Display for SimReport {
             self.pool_hits,
             self.pool_misses,
             self.pool_discards,
+            self.compactions,
+            self.compaction_jobs,
+            self.compactions_refused,
+            self.batches_compacted,
+            self.regional_outages,
             self.final_audit.lost,
             self.final_audit.duplicated,
             self.final_audit.reordered,

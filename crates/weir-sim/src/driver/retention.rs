@@ -229,13 +229,18 @@ impl World {
         &self,
         control: ControlPlane,
         stores: Vec<Arc<dyn ObjectStore>>,
+        regional: Vec<Arc<dyn ObjectStore>>,
     ) -> tokio::sync::watch::Sender<bool> {
         let settings = DeleterSettings {
             grace: self.scenario.gc.grace,
             interval: self.scenario.gc.deleter_interval,
         };
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(FileDeleter::new(control, stores, settings).run(stopped));
+        tokio::spawn(
+            FileDeleter::new(control, stores, settings)
+                .with_regional(regional)
+                .run(stopped),
+        );
         stop
     }
 }

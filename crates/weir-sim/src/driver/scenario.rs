@@ -55,6 +55,8 @@ pub(super) struct Scenario {
     /// The metadata log on an appendable bucket with pre-warmed slots (RFC 0004; its own
     /// generator).
     pub(super) log_append: Option<LogAppendScenario>,
+    /// Compaction into a regional bucket (RFC 0005; its own generator).
+    pub(super) compaction: Option<super::compaction::CompactionScenario>,
 }
 
 /// The metadata bucket's fence kind and how many slots each writer pre-warms (0: none, but
@@ -172,6 +174,7 @@ impl Scenario {
             expiry: super::expiry::ExpiryScenario::default(),
             append: None,
             log_append: None,
+            compaction: None,
         }
     }
 
@@ -184,7 +187,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}; {}; files by {}; {}",
+             snapshot every {} slots{}; {}; {}; {}; files by {}; {}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -209,6 +212,7 @@ impl Scenario {
             self.expiry.describe(),
             AppendScenario::describe(&self.append),
             LogAppendScenario::describe(&self.log_append),
+            super::compaction::CompactionScenario::describe(&self.compaction),
         )
     }
 }

@@ -72,11 +72,16 @@ impl World {
         &self,
         control: ControlPlane,
         stores: Vec<Arc<dyn ObjectStore>>,
+        regional: Vec<Arc<dyn ObjectStore>>,
         clock: Arc<dyn Clock>,
         stop: tokio::sync::watch::Receiver<bool>,
     ) {
         if let Some(settings) = self.scenario.sweep.settings {
-            tokio::spawn(OrphanSweeper::new(control, stores, clock, settings).run(stop));
+            tokio::spawn(
+                OrphanSweeper::new(control, stores, clock, settings)
+                    .with_regional(regional)
+                    .run(stop),
+            );
         }
     }
 }
