@@ -88,6 +88,12 @@ def test_compaction_moves_ingest_files_and_reads_back_identical(agent_factory, m
     wait_until(lambda: ingest_files(dirs) == 0, WAIT_S,
                "the compacted ingest files to leave every bucket")
     assert compacted_files(root), "the compacted files are in the regional bucket"
+    # The report's tier view agrees: nothing live in the ingest tier, data in the regional one.
+    wait_until(lambda: report(agent).get("tiers", {}).get("ingest_files") == 0, WAIT_S,
+               "the report to show an empty ingest tier")
+    tiers = report(agent)["tiers"]
+    assert tiers["regional_files"] >= 1 and tiers["regional_bytes"] > 0, tiers
+    assert tiers["lag_ms"] == 0, tiers
     stats = report(agent)["compaction"]
     assert stats["input_files"] >= 12 and stats["batches_moved"] >= 12 * PARTITIONS, stats
     check_all(agent.bootstrap, topic, acked)

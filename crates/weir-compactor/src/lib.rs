@@ -97,6 +97,20 @@ pub struct Stats {
     pub bytes_written: u64,
 }
 
+/// Files and bytes per tier, and how far compaction is behind, from the durable state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TierStats {
+    pub ingest_files: u64,
+    pub ingest_bytes: u64,
+    pub regional_files: u64,
+    pub regional_bytes: u64,
+    /// Files released (by retention or compaction) and waiting for the deleter.
+    pub released_files: u64,
+    /// Age of the oldest live ingest file (its id's time against the wall clock): compaction
+    /// lag. 0 when there is none.
+    pub lag_ms: i64,
+}
+
 /// How one job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobOutcome {
@@ -169,6 +183,31 @@ impl Compactor {
             outputs: get(&c.outputs),
             bytes_written: get(&c.bytes_written),
         }
+    }
+
+    /// Files and bytes per tier now, and the compaction lag.
+    pub fn tiers(&self) -> TierStats {
+        let now_ms = self.clock.now_ms();
+        self.control.read(|state| {
+            let mut stats = TierStats {
+                released_files: state.released.len() as u64,
+                ..TierStats::default()
+            };
+            for (id, meta) in state.files.iter() {
+                match meta.tier {
+                    Tier::Ingest => {
+                        stats.ingest_files += 1;
+                        stats.ingest_bytes += meta.size;
+                        stats.lag_ms = stats.lag_ms.max(now_ms - id.unix_ms());
+                    }
+                    Tier::Regional => {
+                        stats.regional_files += 1;
+                        stats.regional_bytes += meta.size;
+                    }
+                }
+            }
+            stats
+        })
     }
 
     /// Plans every `plan_interval` until `stop`.

@@ -67,6 +67,7 @@ pub(crate) fn render(sources: &Sources) -> String {
     }
     if let Some(compactor) = &sources.compaction {
         doc["compaction"] = json!(compactor.stats());
+        doc["tiers"] = json!(compactor.tiers());
     }
     doc.to_string()
 }
