@@ -1,40 +1,13 @@
 //! Building the gRPC client of a Rapid bucket from the settings its `object_store` view has.
 
-use std::fmt;
-use std::path::PathBuf;
-
 use google_cloud_auth::credentials::{anonymous, service_account, Builder as Adc, Credentials};
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
 use google_cloud_storage::client::Storage;
 use weir_storage::StorageError;
 
-/// Where a Rapid bucket's client gets its credentials.
-#[derive(Clone, PartialEq, Eq)]
-pub enum CredentialSource {
-    /// No credentials (a test server, a public bucket): `skip_signature` on the bucket.
-    Anonymous,
-    /// A service account key, as JSON (`service_account_key`).
-    ServiceAccountKey(String),
-    /// A file holding a service account key (`service_account`, or
-    /// `application_credentials` when that file is a service account key).
-    ServiceAccountFile(PathBuf),
-    /// Application Default Credentials: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's
-    /// application-default login, then the metadata server of the VM or GKE workload identity.
-    ApplicationDefault,
-}
-
-impl fmt::Debug for CredentialSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CredentialSource::Anonymous => f.write_str("Anonymous"),
-            CredentialSource::ServiceAccountKey(_) => f.write_str("ServiceAccountKey(..)"),
-            CredentialSource::ServiceAccountFile(path) => {
-                f.debug_tuple("ServiceAccountFile").field(path).finish()
-            }
-            CredentialSource::ApplicationDefault => f.write_str("ApplicationDefault"),
-        }
-    }
-}
+/// Where a Rapid bucket's client gets its credentials: read from the bucket's `object_store`
+/// options by `weir_storage::url` (one definition, so the two views cannot disagree).
+pub use weir_storage::url::GcsCredentials;
 
 /// How many attempts the client makes per call by default (the first and two retries, of
 /// what AIP-194 calls retryable). Weir's storage layer puts its deadline around each call.
@@ -45,14 +18,14 @@ pub const DEFAULT_ATTEMPTS: u32 = 3;
 pub struct Settings {
     /// A gRPC endpoint other than Google's (`grpc_endpoint`).
     pub endpoint: Option<String>,
-    pub credentials: CredentialSource,
+    pub credentials: GcsCredentials,
     /// Attempts per call, at least 1 ([`DEFAULT_ATTEMPTS`]).
     pub attempts: u32,
 }
 
 impl Settings {
     /// Google's endpoint, `credentials`, [`DEFAULT_ATTEMPTS`].
-    pub fn new(credentials: CredentialSource) -> Settings {
+    pub fn new(credentials: GcsCredentials) -> Settings {
         Settings {
             endpoint: None,
             credentials,
@@ -80,18 +53,18 @@ fn service_account_from_json(json: &str, from: &str) -> Result<Credentials, Stor
 }
 
 /// The credentials of `source`. Nothing is fetched yet: tokens are asked for on first use.
-pub fn credentials(source: &CredentialSource) -> Result<Credentials, StorageError> {
+pub fn credentials(source: &GcsCredentials) -> Result<Credentials, StorageError> {
     match source {
-        CredentialSource::Anonymous => Ok(anonymous::Builder::new().build()),
-        CredentialSource::ServiceAccountKey(json) => {
+        GcsCredentials::Anonymous => Ok(anonymous::Builder::new().build()),
+        GcsCredentials::ServiceAccountKey(json) => {
             service_account_from_json(json, "the service account key")
         }
-        CredentialSource::ServiceAccountFile(path) => {
+        GcsCredentials::ServiceAccountFile(path) => {
             let json = std::fs::read_to_string(path)
-                .map_err(|e| invalid(format!("reading {}: {e}", path.display())))?;
-            service_account_from_json(&json, &path.display().to_string())
+                .map_err(|e| invalid(format!("reading {path}: {e}")))?;
+            service_account_from_json(&json, path)
         }
-        CredentialSource::ApplicationDefault => Adc::default()
+        GcsCredentials::ApplicationDefault => Adc::default()
             .build()
             .map_err(|e| invalid(format!("Application Default Credentials: {e}"))),
     }

@@ -82,7 +82,9 @@ pub enum GcsCredentials {
     ServiceAccountKey(String),
     /// `service_account` or `application_credentials` (a key file's path).
     ServiceAccountFile(String),
-    /// None of those: Application Default Credentials.
+    /// None of those: Application Default Credentials (`GOOGLE_APPLICATION_CREDENTIALS`,
+    /// gcloud's application-default login, then the VM's or GKE workload identity's metadata
+    /// server).
     ApplicationDefault,
 }
 

@@ -11,12 +11,12 @@ use weir_storage::append::memory::MemoryAppendable;
 use weir_storage::append::{AppendLimits, AppendableStore, FenceKind};
 use weir_storage::hold::{HeldStore, Hold};
 use weir_storage::identity::{self, HolderCheck};
-use weir_storage::url::{canonical_option, Access, GcsCredentials, Opened, PRICE_OPTION};
+use weir_storage::url::{canonical_option, Access, Opened, PRICE_OPTION};
 use weir_storage::{
     probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
     StorageError, StorageStats,
 };
-use weir_storage_gcs::connect::{self as gcs_connect, CredentialSource};
+use weir_storage_gcs::connect as gcs_connect;
 use weir_storage_gcs::{GcsRapid, RapidObjects};
 use weir_storage_s3x::{connect as s3x_connect, S3ExpressAppend};
 
@@ -554,14 +554,7 @@ async fn stack_of(
             grpc_endpoint,
             credentials,
         }) => {
-            let mut settings = gcs_connect::Settings::new(match credentials {
-                GcsCredentials::Anonymous => CredentialSource::Anonymous,
-                GcsCredentials::ServiceAccountKey(key) => CredentialSource::ServiceAccountKey(key),
-                GcsCredentials::ServiceAccountFile(path) => {
-                    CredentialSource::ServiceAccountFile(path.into())
-                }
-                GcsCredentials::ApplicationDefault => CredentialSource::ApplicationDefault,
-            });
+            let mut settings = gcs_connect::Settings::new(credentials);
             settings.endpoint = grpc_endpoint;
             let rapid = GcsRapid::new(&bucket, gcs_connect::client(&settings).await?)?;
             let objects = RapidObjects::new(rapid.clone(), opened.store);

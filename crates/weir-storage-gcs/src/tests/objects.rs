@@ -14,7 +14,7 @@ use object_store::{
 use weir_storage::append::AppendableStore;
 use weir_storage::StorageError;
 
-use crate::connect::{self, CredentialSource, Settings};
+use crate::connect::{self, GcsCredentials, Settings};
 use crate::fake::FakeRapid;
 use crate::{GcsRapid, RapidObjects};
 
@@ -175,22 +175,22 @@ async fn test_rapid_objects_list_and_delete_go_to_the_listing_store() {
 
 #[test]
 fn test_connect_credentials_refuse_what_is_not_a_service_account_key() {
-    let err = connect::credentials(&CredentialSource::ServiceAccountKey("{".into())).unwrap_err();
+    let err = connect::credentials(&GcsCredentials::ServiceAccountKey("{".into())).unwrap_err();
     assert!(matches!(err, StorageError::InvalidConfig(_)), "{err}");
     let user = r#"{"type": "authorized_user", "client_id": "x"}"#;
-    let err = connect::credentials(&CredentialSource::ServiceAccountKey(user.into())).unwrap_err();
+    let err = connect::credentials(&GcsCredentials::ServiceAccountKey(user.into())).unwrap_err();
     assert!(
         err.to_string().contains("not a service account key"),
         "{err}"
     );
-    let missing = CredentialSource::ServiceAccountFile("/nonexistent/weir-key.json".into());
+    let missing = GcsCredentials::ServiceAccountFile("/nonexistent/weir-key.json".into());
     let err = connect::credentials(&missing).unwrap_err();
     assert!(
         err.to_string().contains("/nonexistent/weir-key.json"),
         "{err}"
     );
     // The key's secrets never reach a Debug line.
-    let key = CredentialSource::ServiceAccountKey("secret-json".into());
+    let key = GcsCredentials::ServiceAccountKey("secret-json".into());
     assert!(!format!("{key:?}").contains("secret-json"));
 }
 
@@ -199,7 +199,7 @@ fn test_connect_credentials_refuse_what_is_not_a_service_account_key() {
 /// view maps the failure to a transient `object_store` error.
 #[tokio::test]
 async fn test_connect_client_reaches_only_its_endpoint() {
-    let mut settings = Settings::new(CredentialSource::Anonymous);
+    let mut settings = Settings::new(GcsCredentials::Anonymous);
     settings.endpoint = Some("http://127.0.0.1:1".to_string());
     settings.attempts = 1;
     let client = connect::client(&settings).await.expect("client");
