@@ -38,6 +38,9 @@ pub struct Settings {
     pub target_file_bytes: u64,
     /// Inputs of one job at most.
     pub max_inputs: usize,
+    /// A run of consecutive batches becomes one index entry up to this many bytes (RFC 0005
+    /// §3).
+    pub max_run_bytes: u32,
     /// A file is planned only once it is this old (younger files are still being written to
     /// by retries and read by consumers at the tip).
     pub min_input_age: Duration,
@@ -57,8 +60,9 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
-            target_file_bytes: 256 << 20,
-            max_inputs: 1000,
+            target_file_bytes: 128 << 20,
+            max_inputs: 5000,
+            max_run_bytes: 1 << 20,
             min_input_age: Duration::from_secs(30),
             max_input_age: Duration::from_secs(300),
             plan_interval: Duration::from_secs(10),
@@ -362,7 +366,7 @@ impl Compactor {
         self.counters
             .input_files
             .fetch_add(gathered.inputs.len() as u64, Ordering::Relaxed);
-        let output = merge::build(&gathered, &bytes)?;
+        let output = merge::build(&gathered, &bytes, self.settings.max_run_bytes)?;
         drop(bytes);
         let file = {
             let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -392,7 +396,9 @@ impl Compactor {
             tier: Tier::Regional,
             holders: vec![0],
             size,
-            batches: output.batches,
+            batches: Vec::new(),
+            inputs: gathered.inputs.keys().copied().collect(),
+            runs: output.runs,
         });
         match self.control.submit(entry).await {
             Ok(EntryResult::ReplaceFiles(Ok(outcome))) => {

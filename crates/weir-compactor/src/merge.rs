@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::{Bytes, BytesMut};
 use weir_common::{FileId, TopicId};
-use weir_control::{IndexEntry, ReplacedBatch, State};
+use weir_control::{IndexEntry, ReplacedRun, State};
 use weir_format::{BatchMeta, EncodedFile, FileBuilder};
 use weir_protocol::batch::{rewrite_offsets, BatchHeader};
 
@@ -82,16 +82,22 @@ pub enum MergeError {
     },
 }
 
-/// An output file and, per batch, where it came from and where it is now.
+/// An output file and its runs: what becomes one index entry each.
 #[derive(Debug, Clone)]
 pub struct Output {
     pub file: EncodedFile,
-    pub batches: Vec<ReplacedBatch>,
+    pub runs: Vec<ReplacedRun>,
 }
 
 /// Lays the gathered batches out partition by partition in offset order, each batch's header
-/// carrying its assigned base offset (the CRC does not cover it), from the inputs' bytes.
-pub fn build(gathered: &Gathered, bytes: &HashMap<FileId, Bytes>) -> Result<Output, MergeError> {
+/// carrying its assigned base offset (the CRC does not cover it), from the inputs' bytes, and
+/// cuts them into runs (RFC 0005 §3): consecutive offsets of one partition, back to back in the
+/// output, at most `max_run_bytes` (a run of one batch may be longer).
+pub fn build(
+    gathered: &Gathered,
+    bytes: &HashMap<FileId, Bytes>,
+    max_run_bytes: u32,
+) -> Result<Output, MergeError> {
     let mut builder = FileBuilder::new();
     let mut sources = Vec::with_capacity(gathered.batch_count());
     for ((topic_id, partition), entries) in &gathered.partitions {
@@ -134,18 +140,30 @@ pub fn build(gathered: &Gathered, bytes: &HashMap<FileId, Bytes>) -> Result<Outp
     }
     let file = builder.finish();
     let locations = file.footer.partitions.iter().flat_map(|p| p.batches.iter());
-    let batches = sources
-        .into_iter()
-        .zip(locations)
-        .map(|((topic_id, partition, entry), location)| ReplacedBatch {
-            topic_id,
-            partition,
-            base_offset: entry.base_offset,
-            last_offset: entry.last_offset,
-            from: entry.file_id,
-            byte_offset: location.offset,
-            len: location.len,
-        })
-        .collect();
-    Ok(Output { file, batches })
+    let mut runs: Vec<ReplacedRun> = Vec::new();
+    for ((topic_id, partition, entry), location) in sources.into_iter().zip(locations) {
+        let extends = runs.last().is_some_and(|run| {
+            (run.topic_id, run.partition) == (topic_id, partition)
+                && run.last_offset + 1 == entry.base_offset
+                && run.byte_offset + u64::from(run.len) == location.offset
+                && run.len.saturating_add(location.len) <= max_run_bytes
+        });
+        match runs.last_mut() {
+            Some(run) if extends => {
+                run.last_offset = entry.last_offset;
+                run.len += location.len;
+                run.entries += 1;
+            }
+            _ => runs.push(ReplacedRun {
+                topic_id,
+                partition,
+                base_offset: entry.base_offset,
+                last_offset: entry.last_offset,
+                byte_offset: location.offset,
+                len: location.len,
+                entries: 1,
+            }),
+        }
+    }
+    Ok(Output { file, runs })
 }

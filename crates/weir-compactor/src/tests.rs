@@ -118,6 +118,15 @@ async fn harness(files: usize) -> Harness {
 impl Harness {
     /// Every batch of both partitions as a fetch returns it.
     async fn read_all(&self) -> Vec<bytes::Bytes> {
+        let mut out = Vec::new();
+        for partition in 0..2 {
+            out.push(self.read(partition, 0, usize::MAX).await);
+        }
+        out
+    }
+
+    /// What a fetch of `partition` from `offset` for `max_bytes` returns.
+    async fn read(&self, partition: i32, offset: i64, max_bytes: usize) -> bytes::Bytes {
         let regional: Arc<dyn ObjectStore> = self.regional.clone();
         let reader = FetchReader::new(
             self.control.clone(),
@@ -125,14 +134,29 @@ impl Harness {
             Arc::new(ReadCache::new(0)),
         )
         .with_regional(Arc::new(QuorumWriter::new(vec![regional], 1).unwrap()));
+        let plan = reader
+            .plan(&self.topic, partition, offset, max_bytes, true)
+            .unwrap();
+        reader.read(plan).await.unwrap().records
+    }
+
+    /// Every fetch of one batch's worth from every offset of both partitions.
+    async fn read_every_offset(&self) -> Vec<bytes::Bytes> {
         let mut out = Vec::new();
         for partition in 0..2 {
-            let plan = reader
-                .plan(&self.topic, partition, 0, usize::MAX, true)
-                .unwrap();
-            out.push(reader.read(plan).await.unwrap().records);
+            let end = self
+                .control
+                .read(|s| s.topics["t"].partitions[partition as usize].high_watermark);
+            for offset in 0..end {
+                out.push(self.read(partition, offset, 1).await);
+            }
         }
         out
+    }
+
+    fn index_entries(&self) -> usize {
+        self.control
+            .read(|s| s.topics["t"].partitions.iter().map(|p| p.index.len()).sum())
     }
 
     fn tiers(&self) -> Vec<Tier> {
@@ -217,17 +241,10 @@ async fn test_compaction_job_run_twice_commits_once() {
             skipped: 0
         })
     );
-    let stale = crate::merge::build(&gathered, &read_inputs(&h, &gathered).await).unwrap();
+    let stale = build(&gathered, &read_inputs(&h, &gathered).await);
     let result = h
         .control
-        .submit(Entry::ReplaceFiles(weir_control::FileReplace {
-            job: 2,
-            output: FileId(u128::MAX),
-            tier: Tier::Regional,
-            holders: vec![0],
-            size: stale.file.total_len,
-            batches: stale.batches,
-        }))
+        .submit(swap(FileId(u128::MAX), &gathered, stale))
         .await
         .unwrap();
     assert!(
@@ -245,6 +262,27 @@ async fn test_compaction_job_run_twice_commits_once() {
         "the refused swap changed nothing"
     );
     assert_eq!(h.regional_objects().await, 1, "only the committed output");
+}
+
+fn build(
+    gathered: &crate::merge::Gathered,
+    bytes: &std::collections::HashMap<FileId, bytes::Bytes>,
+) -> crate::merge::Output {
+    crate::merge::build(gathered, bytes, settings().max_run_bytes).unwrap()
+}
+
+/// The swap a worker submits for `output` (never written to a bucket here).
+fn swap(id: FileId, gathered: &crate::merge::Gathered, output: crate::merge::Output) -> Entry {
+    Entry::ReplaceFiles(weir_control::FileReplace {
+        job: 1,
+        output: id,
+        tier: Tier::Regional,
+        holders: vec![0],
+        size: output.file.total_len,
+        batches: Vec::new(),
+        inputs: gathered.inputs.keys().copied().collect(),
+        runs: output.runs,
+    })
 }
 
 async fn read_inputs(
@@ -271,7 +309,7 @@ async fn test_compaction_skips_what_retention_removed_meanwhile() {
     let inputs: Vec<FileId> = h.control.read(|s| s.files.keys().copied().collect());
     let gathered = h.control.read(|s| crate::merge::gather(s, &inputs));
     let bytes = read_inputs(&h, &gathered).await;
-    let output = crate::merge::build(&gathered, &bytes).unwrap();
+    let output = build(&gathered, &bytes);
     // Partition 0 loses its first two files' batches (offsets 0..12) before the swap.
     h.control
         .submit(Entry::AdvanceLogStart {
@@ -284,16 +322,10 @@ async fn test_compaction_skips_what_retention_removed_meanwhile() {
         })
         .await
         .unwrap();
+    let output_id = FileId::new(1_700_000_000_100, &mut fastrand::Rng::with_seed(1));
     let result = h
         .control
-        .submit(Entry::ReplaceFiles(weir_control::FileReplace {
-            job: 1,
-            output: FileId::new(1_700_000_000_100, &mut fastrand::Rng::with_seed(1)),
-            tier: Tier::Regional,
-            holders: vec![0],
-            size: output.file.total_len,
-            batches: output.batches,
-        }))
+        .submit(swap(output_id, &gathered, output))
         .await
         .unwrap();
     let weir_control::EntryResult::ReplaceFiles(Ok(outcome)) = result else {
@@ -320,4 +352,43 @@ async fn test_compaction_job_of_a_dead_worker_is_run_again_after_the_lease() {
         h.queue.ack("dead", claimed.id).await.is_err(),
         "the dead worker lost it"
     );
+}
+
+/// Runs of batches become one index entry each; a fetch from any offset returns what it
+/// returned before compaction (the batch holding the offset first, nothing below it), also
+/// when runs are cut small.
+#[tokio::test]
+async fn test_compaction_runs_shrink_the_index_and_fetches_from_any_offset_are_unchanged() {
+    for max_run_bytes in [1 << 20, 200] {
+        let h = harness(6).await;
+        let every = h.read_every_offset().await;
+        assert_eq!(h.index_entries(), 18);
+        let inputs: Vec<FileId> = h.control.read(|s| s.files.keys().copied().collect());
+        let gathered = h.control.read(|s| crate::merge::gather(s, &inputs));
+        let bytes = read_inputs(&h, &gathered).await;
+        let output = crate::merge::build(&gathered, &bytes, max_run_bytes).unwrap();
+        let runs = output.runs.len();
+        let id = FileId::new(1_700_000_000_100, &mut fastrand::Rng::with_seed(1));
+        let key = weir_storage::keys::data_file(Tier::Regional, &id);
+        let payload: object_store::PutPayload = output.file.parts.iter().cloned().collect();
+        object_store::ObjectStoreExt::put(h.regional.as_ref(), &key, payload)
+            .await
+            .unwrap();
+        let result = h.control.submit(swap(id, &gathered, output)).await.unwrap();
+        assert!(
+            matches!(result, weir_control::EntryResult::ReplaceFiles(Ok(_))),
+            "{result:?}"
+        );
+        assert_eq!(h.index_entries(), runs);
+        if max_run_bytes == 1 << 20 {
+            assert_eq!(runs, 2, "one run per partition");
+        } else {
+            assert!(runs > 2 && runs < 18, "{runs} runs of at most 200 bytes");
+        }
+        assert_eq!(
+            h.read_every_offset().await,
+            every,
+            "max_run_bytes {max_run_bytes}"
+        );
+    }
 }

@@ -95,7 +95,8 @@ pub enum Entry {
         horizon_ms: i64,
     },
     /// Compaction's swap (RFC 0005 §4): batches move from their input files to `output`, each
-    /// only if the index still holds it exactly where the worker read it.
+    /// only if the index still holds it exactly where the worker read it. Since run entries
+    /// (RFC 0005 §3) a swap names runs of batches, each of which becomes one index entry.
     ReplaceFiles(FileReplace),
 }
 
@@ -109,7 +110,31 @@ pub struct FileReplace {
     /// Positions of the output's holders in its tier's bucket list.
     pub holders: Vec<u8>,
     pub size: u64,
+    /// One per batch: swaps written before run entries (their batches keep one index entry
+    /// each). Empty in swaps of this build.
+    #[serde(default)]
     pub batches: Vec<ReplacedBatch>,
+    /// The job's input files: every batch a run replaces must be in one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<FileId>,
+    /// Runs of consecutive batches laid out back to back in the output; each becomes one
+    /// index entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<ReplacedRun>,
+}
+
+/// A run of a [`FileReplace`]: batches `base_offset..=last_offset` of one partition, `entries`
+/// index entries when the worker read them, now at `byte_offset..byte_offset + len` of the
+/// output in offset order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacedRun {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub byte_offset: u64,
+    pub len: u32,
+    pub entries: u32,
 }
 
 /// One batch of a [`FileReplace`].

@@ -30,7 +30,7 @@ mod test_support;
 
 pub use entry::{
     BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, FileReplace, LogStartCause,
-    LogStartMove, OffsetCommit, ReplaceOutcome, ReplacedBatch,
+    LogStartMove, OffsetCommit, ReplaceOutcome, ReplacedBatch, ReplacedRun,
 };
 pub use error::ControlError;
 pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};

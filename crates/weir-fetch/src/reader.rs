@@ -9,7 +9,7 @@ use object_store::path::Path;
 use tokio::time::Instant;
 use weir_common::{FileId, Tier, TopicId};
 use weir_control::{ControlPlane, IndexEntry};
-use weir_protocol::batch::rewrite_offsets;
+use weir_protocol::batch::{rewrite_offsets, BatchHeader};
 use weir_storage::{keys, QuorumWriter, ReadCache};
 
 /// Storage reads one partition's fetch runs at once (different files of its plan).
@@ -43,6 +43,11 @@ pub(crate) const DEFAULT_PLAN_TTL: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
     planned_at: Instant,
+    /// The offset asked for: batches wholly below it are left out of the read.
+    offset: i64,
+    /// The byte budget asked for, applied batch by batch inside run entries.
+    max_bytes: usize,
+    at_least_one: bool,
     pub high_watermark: i64,
     pub log_start_offset: i64,
     entries: Vec<(IndexEntry, Location)>,
@@ -165,6 +170,9 @@ impl FetchReader {
             }
             Ok(ReadPlan {
                 planned_at: Instant::now(),
+                offset,
+                max_bytes,
+                at_least_one,
                 high_watermark,
                 log_start_offset,
                 entries,
@@ -173,7 +181,7 @@ impl FetchReader {
     }
 
     /// Reads the planned batches, coalescing adjacent ranges of one file into one request, and
-    /// rewrites each batch's base offset to its assigned offset. Cache hits are served first;
+    /// rewrites each batch's base offset to its assigned offset (see [`append_entry`]). Cache hits are served first;
     /// the storage reads of different files run concurrently (up to `MAX_CONCURRENT_READS`),
     /// so a plan spanning many cold files costs about one GET latency, not one per file.
     pub async fn read(&self, plan: ReadPlan) -> Result<PartitionData, FetchError> {
@@ -256,9 +264,7 @@ impl FetchReader {
                             .ok_or_else(|| FetchError::Storage("short read".into()))?
                     }
                 };
-                let position = out.len();
-                out.extend_from_slice(batch);
-                rewrite_offsets(&mut out[position..], entry.base_offset, LEADER_EPOCH);
+                append_entry(&mut out, batch, entry, &plan)?;
             }
         }
         Ok(PartitionData {
@@ -294,6 +300,59 @@ impl FetchReader {
         self.cache.insert_range(&key, range, bytes.clone());
         Ok(bytes)
     }
+}
+
+/// Appends the batches of one index entry to `out`, each with its assigned base offset and the
+/// leader epoch. An ingest entry is one batch; a compacted run entry is consecutive batches
+/// (RFC 0005 §3), whose assigned offsets follow from the entry's base offset and each batch's
+/// offset span. Inside a run, batches wholly below the plan's offset are left out, so a fetch
+/// starts at the batch holding its offset as Kafka's does, and batches past the plan's byte
+/// budget are left out (the first batch of a fetch is always served when it asked for one).
+fn append_entry(
+    out: &mut BytesMut,
+    bytes: &[u8],
+    entry: &IndexEntry,
+    plan: &ReadPlan,
+) -> Result<(), FetchError> {
+    let header = BatchHeader::parse(bytes).ok();
+    if header.is_none_or(|h| h.total_len() >= bytes.len()) {
+        // One batch (a header that does not parse is served as stored, as always).
+        let position = out.len();
+        out.extend_from_slice(bytes);
+        rewrite_offsets(&mut out[position..], entry.base_offset, LEADER_EPOCH);
+        return Ok(());
+    }
+    let corrupt = |why: String| {
+        FetchError::Storage(format!(
+            "run {}..={} of {}: {why}",
+            entry.base_offset, entry.last_offset, entry.file_id
+        ))
+    };
+    let (mut base, mut rest) = (entry.base_offset, bytes);
+    while !rest.is_empty() {
+        let header = BatchHeader::parse(rest).map_err(|e| corrupt(e.to_string()))?;
+        let (len, span) = (header.total_len(), header.offset_span());
+        if len > rest.len() || span < 1 {
+            return Err(corrupt(format!(
+                "a batch of {len} bytes and {span} offsets"
+            )));
+        }
+        if base + span > plan.offset {
+            let fits = out.len() + len <= plan.max_bytes;
+            if !(fits || (out.is_empty() && plan.at_least_one)) {
+                return Ok(());
+            }
+            let position = out.len();
+            out.extend_from_slice(&rest[..len]);
+            rewrite_offsets(&mut out[position..], base, LEADER_EPOCH);
+        }
+        base += span;
+        rest = &rest[len..];
+    }
+    if base != entry.last_offset + 1 {
+        return Err(corrupt(format!("its batches end at {}", base - 1)));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

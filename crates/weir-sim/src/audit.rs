@@ -41,8 +41,12 @@ pub(crate) struct Seen {
 /// One batch at its offset in the durable log.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Placed {
+    /// The batch (the index entry itself when the entry is one batch).
     pub(crate) entry: IndexEntry,
     pub(crate) seen: Seen,
+    /// The last offset of the index entry holding it: a compacted run entry may hold the log
+    /// start and batches wholly below it (stored, never served).
+    pub(crate) entry_last: i64,
 }
 
 /// The durable log of the simulated topic, as recovery would find it.
@@ -71,6 +75,13 @@ impl Shadow {
             .get(index)
             .filter(|p| p.entry.base_offset == base_offset)
     }
+
+    /// The batches from `base_offset` on.
+    pub(crate) fn from(&self, partition: usize, base_offset: i64) -> &[Placed] {
+        let batches = &self.partitions[partition];
+        let index = batches.partition_point(|p| p.entry.base_offset < base_offset);
+        &batches[index..]
+    }
 }
 
 /// Counts of invariant breaches found in one audit.
@@ -96,8 +107,9 @@ pub(crate) struct Auditor {
     /// The regional bucket of compaction seeds (compacted files have one holder, in it).
     raw_regional: Option<Arc<InMemory>>,
     quorum: usize,
-    /// Batch identity by (file, byte offset): files never change once written.
-    identities: BTreeMap<(FileId, u64), Seen>,
+    /// The batches of an index entry by (file, byte offset, length): files never change once
+    /// written. An ingest entry is one batch; a compacted run entry is several (RFC 0005 §3).
+    identities: BTreeMap<(FileId, u64, u32), Vec<Placed>>,
     /// Files whose holders were checked to hold them (cleared after any delete).
     files_checked: BTreeSet<FileId>,
     /// Most dead slots (of deposed writers) one replay skipped.
@@ -280,6 +292,19 @@ impl Auditor {
         self.history.get(partition)?.get(&base_offset)
     }
 
+    /// Every batch ever seen durable from `base_offset` on, in offset order.
+    pub(crate) fn ever_placed_from(
+        &self,
+        partition: usize,
+        base_offset: i64,
+    ) -> std::iter::Peekable<impl Iterator<Item = &Placed>> {
+        self.history
+            .get(partition)
+            .into_iter()
+            .flat_map(move |batches| batches.range(base_offset..).map(|(_, p)| p))
+            .peekable()
+    }
+
     /// Forgets what was read, so the next audit re-reads every batch from the raw buckets
     /// (the final audit: acknowledged data must still be there, DUR-2).
     pub(crate) fn forget_reads(&mut self) {
@@ -337,11 +362,8 @@ impl Auditor {
             }
             let mut placed = Vec::with_capacity(p.index.len());
             for entry in &p.index {
-                let seen = self.identify(&state, entry, stamps, violations).await?;
-                placed.push(Placed {
-                    entry: *entry,
-                    seen,
-                });
+                let batches = self.identify(&state, entry, stamps, violations).await?;
+                placed.extend(batches);
             }
             let last = placed
                 .last()
@@ -418,15 +440,15 @@ impl Auditor {
         }
     }
 
-    /// Reads the batch's header from a holder (first time only) and checks every holder has
-    /// the file (DUR-1: the file is in a quorum before its commit).
+    /// Reads the entry's batches' headers from a holder (first time only) and checks every
+    /// holder has the file (DUR-1: the file is in a quorum before its commit).
     async fn identify(
         &mut self,
         state: &State,
         entry: &IndexEntry,
         stamps: &Stamps,
         violations: &mut Vec<String>,
-    ) -> Option<Seen> {
+    ) -> Option<Vec<Placed>> {
         let Some(meta) = state.files.get(&entry.file_id) else {
             violations.push(format!(
                 "file {} is indexed but has no metadata",
@@ -461,8 +483,9 @@ impl Auditor {
                 }
             }
         }
-        if let Some(seen) = self.identities.get(&(entry.file_id, entry.byte_offset)) {
-            return Some(*seen);
+        let cache_key = (entry.file_id, entry.byte_offset, entry.len);
+        if let Some(placed) = self.identities.get(&cache_key) {
+            return Some(placed.clone());
         }
         let raw = self.raw_of(meta.tier, *meta.buckets.first()?)?.clone();
         let range = entry.byte_offset..entry.byte_offset + u64::from(entry.len);
@@ -473,36 +496,63 @@ impl Auditor {
                 return None;
             }
         };
-        let header = match BatchHeader::parse(&bytes) {
-            Ok(header) => header,
-            Err(err) => {
-                violations.push(format!("batch of {} unparsable: {err}", entry.file_id));
+        // The entry's batches, back to back, at consecutive offsets from its base.
+        let mut placed = Vec::new();
+        let (mut position, mut base) = (0usize, entry.base_offset);
+        while position < bytes.len() {
+            let header = match BatchHeader::parse(&bytes[position..]) {
+                Ok(header) => header,
+                Err(err) => {
+                    violations.push(format!("batch of {} unparsable: {err}", entry.file_id));
+                    return None;
+                }
+            };
+            let Some(id) = stamps.id(header.first_timestamp) else {
+                violations.push(format!(
+                    "batch of {} has a foreign timestamp {}",
+                    entry.file_id, header.first_timestamp
+                ));
                 return None;
-            }
-        };
-        let Some(id) = stamps.id(header.first_timestamp) else {
+            };
+            let seen = Seen {
+                id,
+                producer_id: header.producer_id,
+                producer_epoch: header.producer_epoch,
+                base_sequence: header.base_sequence,
+                count: header.last_offset_delta + 1,
+            };
+            let len = header.total_len().min(bytes.len() - position);
+            placed.push(Placed {
+                entry: IndexEntry {
+                    base_offset: base,
+                    last_offset: base + i64::from(seen.count) - 1,
+                    file_id: entry.file_id,
+                    byte_offset: entry.byte_offset + position as u64,
+                    len: len as u32,
+                    first_timestamp: header.first_timestamp,
+                    max_timestamp: header.max_timestamp,
+                },
+                seen,
+                entry_last: entry.last_offset,
+            });
+            base += i64::from(seen.count);
+            position += len;
+        }
+        if base != entry.last_offset + 1 {
             violations.push(format!(
-                "batch of {} has a foreign timestamp {}",
-                entry.file_id, header.first_timestamp
-            ));
-            return None;
-        };
-        let seen = Seen {
-            id,
-            producer_id: header.producer_id,
-            producer_epoch: header.producer_epoch,
-            base_sequence: header.base_sequence,
-            count: header.last_offset_delta + 1,
-        };
-        if i64::from(seen.count) != entry.last_offset - entry.base_offset + 1 {
-            violations.push(format!(
-                "{id}: index span {}..={} but the batch holds {} records",
-                entry.base_offset, entry.last_offset, seen.count
+                "{}: index span {}..={} but its batches hold {} records",
+                entry.file_id,
+                entry.base_offset,
+                entry.last_offset,
+                base - entry.base_offset
             ));
         }
-        self.identities
-            .insert((entry.file_id, entry.byte_offset), seen);
-        Some(seen)
+        if let [one] = placed.as_mut_slice() {
+            // One batch: the entry itself (its timestamps are the commit's).
+            one.entry = *entry;
+        }
+        self.identities.insert(cache_key, placed.clone());
+        Some(placed)
     }
 }
 
@@ -518,7 +568,7 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
             Some(first) if first.entry.base_offset <= start => first.entry.base_offset,
             _ => start,
         };
-        if let Some(first) = batches.first().filter(|b| b.entry.last_offset < start) {
+        if let Some(first) = batches.first().filter(|b| b.entry_last < start) {
             breaches.gaps += 1;
             violations.push(format!(
                 "p{partition}: batch {} at {} is wholly below the log start {start} yet indexed",

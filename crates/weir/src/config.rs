@@ -249,6 +249,7 @@ pub(crate) struct CompactionConfig {
     pub(crate) workers: usize,
     pub(crate) target_file_bytes: u64,
     pub(crate) max_inputs: usize,
+    pub(crate) index_entry_bytes: u32,
     #[serde(with = "humantime_serde")]
     pub(crate) min_input_age: Duration,
     #[serde(with = "humantime_serde")]
@@ -265,6 +266,7 @@ impl CompactionConfig {
         weir_compactor::Settings {
             target_file_bytes: self.target_file_bytes,
             max_inputs: self.max_inputs,
+            max_run_bytes: self.index_entry_bytes,
             min_input_age: self.min_input_age,
             max_input_age: self.max_input_age,
             plan_interval: self.plan_interval,
@@ -517,6 +519,7 @@ impl Config {
             && (compaction.workers > 64
                 || compaction.target_file_bytes < 1 << 20
                 || compaction.max_inputs == 0
+                || !(64 << 10..=64 << 20).contains(&compaction.index_entry_bytes)
                 || compaction.max_queued_jobs == 0
                 || compaction.plan_interval.is_zero()
                 || compaction.job_lease < Duration::from_secs(1)
@@ -524,8 +527,8 @@ impl Config {
         {
             bail!(
                 "invalid [compaction]: workers at most 64, target_file_bytes at least 1 MiB, \
-                 max_inputs, max_queued_jobs and plan_interval above 0, job_lease at least 1s, \
-                 max_input_age at least min_input_age"
+                 max_inputs, max_queued_jobs and plan_interval above 0, index_entry_bytes from \
+                 64 KiB to 64 MiB, job_lease at least 1s, max_input_age at least min_input_age"
             );
         }
         if self.gc.fetch_plan_ttl.is_zero() || self.gc.grace <= self.gc.fetch_plan_ttl * 2 {

@@ -1,10 +1,12 @@
 //! A partition's batch index in shared, immutable chunks (RFC 0003 §8).
 //!
 //! A snapshot clones the state under the readable state's lock, so cloning must not cost one copy
-//! per retained batch. Entries live in chunks of [`CHUNK_ENTRIES`] behind `Arc`s: a clone copies
-//! one pointer per chunk, and the first append after a clone copies the partly filled last chunk
-//! once (copy on write). A log start move drops whole chunks from the front and counts the
-//! entries of the first chunk it keeps that are gone (`skip`).
+//! per retained batch. Entries live in chunks of at most [`CHUNK_ENTRIES`] behind `Arc`s: a clone
+//! copies one pointer per chunk, and the first append after a clone copies the partly filled last
+//! chunk once (copy on write). A log start move drops whole chunks from the front and counts the
+//! entries of the first chunk it keeps that are gone (`skip`). Compaction's swap replaces a range
+//! of entries by one run entry (RFC 0005 §3) and rebuilds only the chunks the range touches, so
+//! chunks vary in length and each full chunk's first position is kept in `starts`.
 //!
 //! Each chunk also carries what lookups need without a scan of the index:
 //! - the running maximum of its entries' max timestamps, so ListOffsets by timestamp and
@@ -96,11 +98,15 @@ impl Chunk {
 }
 
 /// The batch index of a partition: sorted by `base_offset`, dense (each entry starts where the
-/// previous ended). Serialised as the plain sequence of its entries.
+/// previous ended). An entry is one ingest batch or, after compaction, a run of consecutive
+/// batches in one compacted file. Serialised as the plain sequence of its entries.
 #[derive(Debug, Clone)]
 pub struct ChunkedIndex {
-    /// Full chunks, never modified again (shared with clones).
+    /// Full chunks (shared with clones; a swap rebuilds the ones it touches).
     full: Vec<Arc<Chunk>>,
+    /// `starts[i]`: the stored position of `full[i]`'s first entry (stored positions count from
+    /// the first stored chunk's first entry, `skip` included).
+    starts: Vec<usize>,
     /// The chunk being filled, shared with clones until the next append.
     tail: Arc<Chunk>,
     /// Entries at the front of the first stored chunk that are no longer in the index.
@@ -120,6 +126,7 @@ impl ChunkedIndex {
         let chunk_entries = chunk_entries.max(1);
         Self {
             full: Vec::new(),
+            starts: Vec::new(),
             tail: Arc::new(Chunk::default()),
             skip: 0,
             chunk_entries,
@@ -127,7 +134,15 @@ impl ChunkedIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.full.len() * self.chunk_entries + self.tail.len() - self.skip
+        self.tail_start() + self.tail.len() - self.skip
+    }
+
+    /// The stored position of the tail's first entry.
+    fn tail_start(&self) -> usize {
+        self.starts
+            .last()
+            .zip(self.full.last())
+            .map_or(0, |(start, chunk)| start + chunk.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -139,10 +154,12 @@ impl ChunkedIndex {
         let chunk_entries = self.chunk_entries;
         let tail = Arc::make_mut(&mut self.tail);
         tail.push(entry);
-        if tail.len() == chunk_entries {
+        if tail.len() >= chunk_entries {
             let next = Chunk::starting_after(tail.bytes_after());
+            let start = self.tail_start();
             let full = std::mem::replace(&mut self.tail, Arc::new(next));
             self.full.push(full);
+            self.starts.push(start);
         }
     }
 
@@ -154,9 +171,22 @@ impl ChunkedIndex {
             removed(entry);
         }
         self.skip += count;
-        let whole = (self.skip / self.chunk_entries).min(self.full.len());
-        self.full.drain(..whole);
-        self.skip -= whole * self.chunk_entries;
+        // Full chunks every entry of which is gone.
+        let whole = self
+            .starts
+            .iter()
+            .zip(&self.full)
+            .take_while(|(start, chunk)| *start + chunk.len() <= self.skip)
+            .count();
+        if whole > 0 {
+            let dropped = self.starts[whole - 1] + self.full[whole - 1].len();
+            self.full.drain(..whole);
+            self.starts.drain(..whole);
+            for start in &mut self.starts {
+                *start -= dropped;
+            }
+            self.skip -= dropped;
+        }
         if self.full.is_empty() && self.skip == self.tail.len() && self.skip > 0 {
             // Everything is gone: start the tail afresh (its byte count goes on).
             let bytes = self.tail.bytes_after();
@@ -191,16 +221,36 @@ impl ChunkedIndex {
     /// Entries from `position` on, in offset order.
     pub fn iter_from(&self, position: usize) -> impl Iterator<Item = &IndexEntry> + '_ {
         let start = self.skip.saturating_add(position);
-        let chunk_entries = self.chunk_entries;
-        // Every full chunk holds exactly `chunk_entries`, so chunk `i` starts at stored
-        // position `i * chunk_entries`.
+        let first = self.chunk_of(start);
+        let first_start = self.start_of(first);
         self.chunks()
+            .skip(first)
             .enumerate()
-            .skip(start / chunk_entries)
             .flat_map(move |(i, chunk)| {
-                let local = start.saturating_sub(i * chunk_entries).min(chunk.len());
+                let local = if i == 0 {
+                    start.saturating_sub(first_start).min(chunk.len())
+                } else {
+                    0
+                };
                 &chunk.entries[local..]
             })
+    }
+
+    /// The number (in `chunks()` order, the tail last) of the chunk holding stored position
+    /// `stored`; the tail's for positions at or past it.
+    fn chunk_of(&self, stored: usize) -> usize {
+        if stored >= self.tail_start() {
+            return self.full.len();
+        }
+        self.starts.partition_point(|&start| start <= stored) - 1
+    }
+
+    /// The stored position of chunk `chunk`'s first entry (`chunks()` order).
+    fn start_of(&self, chunk: usize) -> usize {
+        self.starts
+            .get(chunk)
+            .copied()
+            .unwrap_or_else(|| self.tail_start())
     }
 
     /// The number of entries for which `pred` holds, when it holds for a prefix of the index
@@ -305,17 +355,74 @@ impl ChunkedIndex {
             return false;
         }
         let stored = self.skip + position;
-        let chunk = stored / self.chunk_entries;
-        let (chunk, local) = match self.full.get_mut(chunk) {
-            Some(full) => (Arc::make_mut(full), stored % self.chunk_entries),
-            None => {
-                let local = stored - self.full.len() * self.chunk_entries;
-                (Arc::make_mut(&mut self.tail), local)
-            }
+        let number = self.chunk_of(stored);
+        let local = stored - self.start_of(number);
+        let chunk = match self.full.get_mut(number) {
+            Some(full) => Arc::make_mut(full),
+            None => Arc::make_mut(&mut self.tail),
         };
         let entry = &mut chunk.entries[local];
         entry.file_id = file_id;
         entry.byte_offset = byte_offset;
+        true
+    }
+
+    /// Replaces the entries at positions `from..to` by `entry`, which must span exactly their
+    /// offsets and bytes (compaction's run entry, RFC 0005 §3), so nothing derived from offsets
+    /// or byte totals changes. Only the chunks holding the range are rebuilt. Returns whether
+    /// the range exists and `entry` matches it; nothing changes otherwise.
+    pub fn replace_range(&mut self, from: usize, to: usize, entry: IndexEntry) -> bool {
+        if from >= to || to > self.len() {
+            return false;
+        }
+        let spans = self[from].base_offset == entry.base_offset
+            && self[to - 1].last_offset == entry.last_offset
+            && self.bytes_between(from, to) == u64::from(entry.len);
+        if !spans {
+            return false;
+        }
+        let (start, end) = (self.skip + from, self.skip + to);
+        let (first, last) = (self.chunk_of(start), self.chunk_of(end - 1));
+        let first_start = self.start_of(first);
+        let chunks: Vec<&Chunk> = self.chunks().skip(first).take(last - first + 1).collect();
+        let bytes_before = chunks[0].bytes_before;
+        let last_start = self.start_of(last);
+        let kept_before = &chunks[0].entries[..start - first_start];
+        let kept_after = &chunks[chunks.len() - 1].entries[end - last_start..];
+        let entries: Vec<IndexEntry> = kept_before
+            .iter()
+            .copied()
+            .chain(std::iter::once(entry))
+            .chain(kept_after.iter().copied())
+            .collect();
+        if last == self.full.len() {
+            // The range reaches the tail: the chunks from `first` on are pushed again.
+            self.full.truncate(first);
+            self.starts.truncate(first);
+            self.tail = Arc::new(Chunk::starting_after(bytes_before));
+            for entry in entries {
+                self.push(entry);
+            }
+            return true;
+        }
+        let rebuilt: Vec<Arc<Chunk>> = entries
+            .chunks(self.chunk_entries)
+            .scan(bytes_before, |bytes, piece| {
+                let mut chunk = Chunk::starting_after(*bytes);
+                for entry in piece {
+                    chunk.push(*entry);
+                }
+                *bytes = chunk.bytes_after();
+                Some(Arc::new(chunk))
+            })
+            .collect();
+        self.full.splice(first..=last, rebuilt);
+        self.starts.truncate(first);
+        let mut at = first_start;
+        for chunk in &self.full[first..] {
+            self.starts.push(at);
+            at += chunk.len();
+        }
         true
     }
 
@@ -332,14 +439,11 @@ impl ChunkedIndex {
             return None;
         }
         let stored = self.skip + position;
-        let chunk = stored / self.chunk_entries;
-        let local = stored % self.chunk_entries;
-        Some(match self.full.get(chunk) {
+        let number = self.chunk_of(stored);
+        let local = stored - self.start_of(number);
+        Some(match self.full.get(number) {
             Some(full) => (full.as_ref(), local),
-            None => (
-                self.tail.as_ref(),
-                stored - self.full.len() * self.chunk_entries,
-            ),
+            None => (self.tail.as_ref(), local),
         })
     }
 

@@ -28,7 +28,7 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochResponse,
 };
 use tracing::warn;
-use weir_common::TopicId;
+use weir_common::{Tier, TopicId};
 use weir_control::configs::{effective, MESSAGE_TIMESTAMP_TYPE};
 use weir_control::{IndexEntry, PartitionState};
 use weir_fetch::LEADER_EPOCH;
@@ -92,7 +92,16 @@ pub(crate) async fn list_offsets(
                         let partition = found.and_then(|t| t.partition(p.partition_index));
                         match (found, partition) {
                             (Some(t), Some(partition)) => {
-                                match lookup(partition, p.timestamp, log_append_time) {
+                                // An ingest entry is one batch, whose records all carry its
+                                // append time; a compacted run entry is walked.
+                                let append_time_batch = |e: &IndexEntry| {
+                                    log_append_time
+                                        && state
+                                            .files
+                                            .get(&e.file_id)
+                                            .is_none_or(|m| m.tier == Tier::Ingest)
+                                };
+                                match lookup(partition, p.timestamp, &append_time_batch) {
                                     Lookup::Answer(offset, timestamp) => {
                                         base.with_offset(offset).with_timestamp(timestamp)
                                     }
@@ -160,19 +169,25 @@ async fn resolve(
             .control
             .read(|s| {
                 s.partition(topic_id, partition)
-                    .map(|p| lookup_from(p, entry.last_offset + 1, target, false))
+                    .map(|p| lookup_from(p, entry.last_offset + 1, target, &|_| false))
             })
             .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
     }
 }
 
 /// What the index says for a ListOffsets target.
-fn lookup(partition: &PartitionState, target: i64, log_append_time: bool) -> Lookup {
+/// `append_time_batch`: whether an entry is one batch of a LogAppendTime topic (every record
+/// has the batch's max timestamp), answered from the index without a read.
+fn lookup(
+    partition: &PartitionState,
+    target: i64,
+    append_time_batch: &dyn Fn(&IndexEntry) -> bool,
+) -> Lookup {
     lookup_from(
         partition,
         partition.log_start_offset,
         target,
-        log_append_time,
+        append_time_batch,
     )
 }
 
@@ -182,7 +197,7 @@ fn lookup_from(
     partition: &PartitionState,
     start: i64,
     target: i64,
-    log_append_time: bool,
+    append_time_batch: &dyn Fn(&IndexEntry) -> bool,
 ) -> Lookup {
     let high_watermark = partition.stable_high_watermark;
     let index = &partition.index;
@@ -191,7 +206,7 @@ fn lookup_from(
     let to = index.partition_point(|e| e.base_offset < high_watermark);
     let from = from.min(to);
     let answer_in = |entry: &IndexEntry, target: i64| {
-        if log_append_time {
+        if append_time_batch(entry) {
             Lookup::Answer(entry.base_offset.max(start), entry.max_timestamp)
         } else if entry.first_timestamp >= target && entry.base_offset >= start {
             // The batch's first record (its timestamp is the batch's first timestamp) reaches
@@ -225,8 +240,8 @@ fn lookup_from(
     }
 }
 
-/// Reads one batch and returns its first record at or above `from_offset` whose timestamp
-/// reaches `target`, if any.
+/// Reads one index entry (a batch, or a compacted run of batches) and returns its first record
+/// at or above `from_offset` whose timestamp reaches `target`, if any.
 async fn find_in_batch(
     broker: &Broker,
     topic_id: &TopicId,
@@ -238,11 +253,12 @@ async fn find_in_batch(
     let plan = broker
         .fetch
         // Reads below the log start are refused; the batch holding the start is read from it.
+        // The entry's length as the budget: the whole entry and nothing after it.
         .plan(
             topic_id,
             partition,
             entry.base_offset.max(from_offset),
-            0,
+            entry.len as usize,
             true,
         )
         .map_err(|_| error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
@@ -251,38 +267,52 @@ async fn find_in_batch(
         error_code::KAFKA_STORAGE_ERROR
     })?;
     let fallback = Some((entry.base_offset.max(from_offset), entry.max_timestamp));
-    let Some(batch) = split_and_validate(&data.records)
-        .ok()
-        .and_then(|batches| batches.into_iter().next())
-    else {
+    let Ok(batches) = split_and_validate(&data.records) else {
         warn!(
             base_offset = entry.base_offset,
             "list offsets: stored batch does not parse"
         );
         return Ok(fallback);
     };
-    let header = &batch.header;
-    let walked = records::decode(header, &batch.bytes, broker.settings.max_decompressed_bytes)
-        .and_then(|section| {
-            let mut found = None;
-            records::walk(header, &section, |record| {
-                let timestamp = record.timestamp(header);
-                let offset = header.base_offset + i64::from(record.offset_delta);
-                if found.is_none() && offset >= from_offset && timestamp >= target {
-                    found = Some((offset, timestamp));
-                }
-            })?;
-            Ok(found)
-        });
-    match walked {
-        Ok(found) => Ok(found),
-        Err(error) => {
-            // Batches stored before record validation existed may not decode: answer at
-            // batch precision rather than not at all.
-            warn!(%error, base_offset = entry.base_offset, "list offsets: batch records do not decode");
-            Ok(fallback)
+    for batch in batches
+        .iter()
+        .filter(|b| b.header.base_offset <= entry.last_offset)
+    {
+        let header = &batch.header;
+        let walked = records::decode(header, &batch.bytes, broker.settings.max_decompressed_bytes)
+            .and_then(|section| {
+                let mut found = None;
+                records::walk(header, &section, |record| {
+                    let timestamp = record.timestamp(header);
+                    let offset = header.base_offset + i64::from(record.offset_delta);
+                    if found.is_none() && offset >= from_offset && timestamp >= target {
+                        found = Some((offset, timestamp));
+                    }
+                })?;
+                Ok(found)
+            });
+        match walked {
+            Ok(Some(found)) => return Ok(Some(found)),
+            Ok(None) => {}
+            Err(error) => {
+                // Batches stored before record validation existed may not decode: answer at
+                // batch precision rather than not at all.
+                warn!(%error, base_offset = header.base_offset, "list offsets: batch records do not decode");
+                return Ok(Some((
+                    header.base_offset.max(from_offset),
+                    header.max_timestamp,
+                )));
+            }
         }
     }
+    if batches.is_empty() {
+        warn!(
+            base_offset = entry.base_offset,
+            "list offsets: stored batch does not parse"
+        );
+        return Ok(fallback);
+    }
+    Ok(None)
 }
 
 pub(crate) fn offset_for_leader_epoch(
@@ -360,14 +390,14 @@ mod tests {
     #[test]
     fn test_offsets_lookup_by_timestamp_and_specials() {
         let mut p = partition();
-        assert_eq!(lookup(&p, LATEST, false), Lookup::Answer(6, -1));
-        assert_eq!(lookup(&p, EARLIEST, false), Lookup::Answer(0, -1));
-        assert_eq!(lookup(&p, 50, false), Lookup::Answer(0, 100));
-        assert_eq!(lookup(&p, 300, false), Lookup::Answer(2, 300));
-        assert_eq!(lookup(&p, 501, false), Lookup::Answer(-1, -1));
+        assert_eq!(lookup(&p, LATEST, &|_| false), Lookup::Answer(6, -1));
+        assert_eq!(lookup(&p, EARLIEST, &|_| false), Lookup::Answer(0, -1));
+        assert_eq!(lookup(&p, 50, &|_| false), Lookup::Answer(0, 100));
+        assert_eq!(lookup(&p, 300, &|_| false), Lookup::Answer(2, 300));
+        assert_eq!(lookup(&p, 501, &|_| false), Lookup::Answer(-1, -1));
         // Inside a batch: the batch must be read and walked.
         assert_eq!(
-            lookup(&p, 350, false),
+            lookup(&p, 350, &|_| false),
             Lookup::WalkBatch {
                 entry: p.index[1],
                 target: 350,
@@ -375,7 +405,7 @@ mod tests {
             }
         );
         assert_eq!(
-            lookup(&p, MAX_TIMESTAMP, false),
+            lookup(&p, MAX_TIMESTAMP, &|_| false),
             Lookup::WalkBatch {
                 entry: p.index[1],
                 target: 500,
@@ -383,10 +413,10 @@ mod tests {
             }
         );
         // LogAppendTime: every record of a batch carries its max timestamp.
-        assert_eq!(lookup(&p, 350, true), Lookup::Answer(2, 500));
+        assert_eq!(lookup(&p, 350, &|_| true), Lookup::Answer(2, 500));
         // Not yet durable batches are invisible.
         p.stable_high_watermark = 2;
-        assert_eq!(lookup(&p, 350, false), Lookup::Answer(-1, -1));
+        assert_eq!(lookup(&p, 350, &|_| false), Lookup::Answer(-1, -1));
     }
 
     /// DeleteRecords put the log start at 3, inside the batch 2–4: only its records from 3 on
@@ -400,13 +430,17 @@ mod tests {
             target,
             from_offset: 3,
         };
-        assert_eq!(lookup(&p, EARLIEST, false), Lookup::Answer(3, -1));
-        assert_eq!(lookup(&p, 50, false), walk(50), "not the deleted batch 0-1");
-        assert_eq!(lookup(&p, 300, false), walk(300), "not record 2");
-        assert_eq!(lookup(&p, 350, false), walk(350));
-        assert_eq!(lookup(&p, 350, true), Lookup::Answer(3, 500));
+        assert_eq!(lookup(&p, EARLIEST, &|_| false), Lookup::Answer(3, -1));
+        assert_eq!(
+            lookup(&p, 50, &|_| false),
+            walk(50),
+            "not the deleted batch 0-1"
+        );
+        assert_eq!(lookup(&p, 300, &|_| false), walk(300), "not record 2");
+        assert_eq!(lookup(&p, 350, &|_| false), walk(350));
+        assert_eq!(lookup(&p, 350, &|_| true), Lookup::Answer(3, 500));
         // After the straddling batch yields nothing: the batches after it.
-        assert_eq!(lookup_from(&p, 5, 350, false), Lookup::Answer(5, 400));
-        assert_eq!(lookup_from(&p, 5, 450, false), Lookup::Answer(-1, -1));
+        assert_eq!(lookup_from(&p, 5, 350, &|_| false), Lookup::Answer(5, 400));
+        assert_eq!(lookup_from(&p, 5, 450, &|_| false), Lookup::Answer(-1, -1));
     }
 }

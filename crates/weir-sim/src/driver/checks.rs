@@ -302,11 +302,14 @@ impl World {
                         let index = partition as usize;
                         // Below the durable start (a view not yet caught up): what was there.
                         let same = match shadow.at(index, entry.base_offset) {
-                            Some(placed) => same_batch(&placed.entry, entry),
-                            None if entry.last_offset < shadow.log_start(index) => self
-                                .auditor
-                                .ever_placed(index, entry.base_offset)
-                                .is_none_or(|placed| same_batch(&placed.entry, entry)),
+                            Some(_) => covers(shadow.from(index, entry.base_offset), entry),
+                            None if entry.last_offset < shadow.log_start(index) => {
+                                let mut history =
+                                    self.auditor.ever_placed_from(index, entry.base_offset);
+                                history.peek().is_none_or(|placed| {
+                                    placed.entry.base_offset != entry.base_offset
+                                }) || covers(history, entry)
+                            }
                             None => false,
                         };
                         if !same {
@@ -475,22 +478,34 @@ impl World {
     }
 }
 
-/// Whether two index entries are the same batch, wherever it is stored: compaction moves a
-/// batch to another file (and a writer's view and the auditor's replay may see it before and
-/// after the move), never changes its offsets, length or timestamps. Where each entry points is
-/// checked by reading it (the auditor reads every durable entry's bytes; consumers read theirs).
-fn same_batch(a: &weir_control::IndexEntry, b: &weir_control::IndexEntry) -> bool {
-    (
-        a.base_offset,
-        a.last_offset,
-        a.len,
-        a.first_timestamp,
-        a.max_timestamp,
-    ) == (
-        b.base_offset,
-        b.last_offset,
-        b.len,
-        b.first_timestamp,
-        b.max_timestamp,
-    )
+/// Whether `entry` (one batch, or a compacted run of consecutive batches) is exactly the
+/// batches `placed` starts with, wherever they are stored: compaction moves batches to another
+/// file and joins consecutive ones into one entry (RFC 0005 §3), never changes their offsets,
+/// lengths or timestamps. Where each entry points is checked by reading it (the auditor reads
+/// every durable entry's bytes; consumers read theirs).
+fn covers<'a>(
+    placed: impl IntoIterator<Item = &'a crate::audit::Placed>,
+    entry: &weir_control::IndexEntry,
+) -> bool {
+    let mut placed = placed.into_iter();
+    let Some(first) = placed.next().map(|p| p.entry) else {
+        return false;
+    };
+    if (first.base_offset, first.first_timestamp) != (entry.base_offset, entry.first_timestamp) {
+        return false;
+    }
+    let (mut last, mut len, mut max) =
+        (first.last_offset, u64::from(first.len), first.max_timestamp);
+    while last < entry.last_offset {
+        let Some(next) = placed.next().map(|p| p.entry) else {
+            return false;
+        };
+        if next.base_offset != last + 1 {
+            return false;
+        }
+        last = next.last_offset;
+        len += u64::from(next.len);
+        max = max.max(next.max_timestamp);
+    }
+    (last, len, max) == (entry.last_offset, u64::from(entry.len), entry.max_timestamp)
 }

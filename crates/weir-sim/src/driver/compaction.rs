@@ -41,7 +41,7 @@ impl CompactionScenario {
             return None;
         }
         let lease = Duration::from_millis(rng.u64(80..=600));
-        let settings = CompactorSettings {
+        let mut settings = CompactorSettings {
             target_file_bytes: rng.u64(1_000..=64_000),
             max_inputs: rng.usize(2..=20),
             min_input_age: Duration::from_millis(rng.u64(0..=300)),
@@ -50,6 +50,7 @@ impl CompactionScenario {
             poll_interval: Duration::from_millis(rng.u64(10..=100)),
             replan_after: lease * 4,
             job_lease: lease,
+            max_run_bytes: u32::MAX,
         };
         let queue = weir_objq::Settings {
             lease,
@@ -59,23 +60,29 @@ impl CompactionScenario {
             inbox: 256,
             recheck: Duration::from_millis(rng.u64(200..=2_000)),
         };
+        let workers = rng.usize(1..=2);
+        let p_outage = [0.0, 0.004, 0.01][rng.usize(..3)];
+        let heartbeat_loss = [0.0, 0.5, 0.95][rng.usize(..3)];
+        // Runs from one batch each to unbounded (drawn last: earlier draws keep their seeds).
+        settings.max_run_bytes = [1, 300, 2_000, u32::MAX][rng.usize(..4)];
         Some(CompactionScenario {
             settings,
             queue,
-            workers: rng.usize(1..=2),
-            p_outage: [0.0, 0.004, 0.01][rng.usize(..3)],
-            heartbeat_loss: [0.0, 0.5, 0.95][rng.usize(..3)],
+            workers,
+            p_outage,
+            heartbeat_loss,
         })
     }
 
     pub(super) fn describe(this: &Option<Self>) -> String {
         match this {
             Some(c) => format!(
-                "compaction ({} worker(s), jobs ≤{} B / {} files, age {:?}..{:?}, lease {:?}, \
-                 {:.0}% heartbeats lost, regional outages {:.1}%)",
+                "compaction ({} worker(s), jobs ≤{} B / {} files, runs ≤{} B, age {:?}..{:?}, \
+                 lease {:?}, {:.0}% heartbeats lost, regional outages {:.1}%)",
                 c.workers,
                 c.settings.target_file_bytes,
                 c.settings.max_inputs,
+                c.settings.max_run_bytes,
                 c.settings.min_input_age,
                 c.settings.max_input_age,
                 c.settings.job_lease,

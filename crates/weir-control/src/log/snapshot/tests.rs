@@ -100,14 +100,14 @@ fn rich_state(files: u32) -> State {
                     .index
                     .iter()
                     .filter(|e| e.file_id == newest)
-                    .map(move |e| crate::entry::ReplacedBatch {
+                    .map(move |e| crate::entry::ReplacedRun {
                         topic_id: a,
                         partition: p as i32,
                         base_offset: e.base_offset,
                         last_offset: e.last_offset,
-                        from: newest,
                         byte_offset: 8 + e.byte_offset,
                         len: e.len,
+                        entries: 1,
                     })
                     .collect::<Vec<_>>()
             })
@@ -119,7 +119,9 @@ fn rich_state(files: u32) -> State {
             tier: weir_common::Tier::Regional,
             holders: vec![0],
             size: 9000,
-            batches,
+            batches: Vec::new(),
+            inputs: vec![newest],
+            runs: batches,
         }));
         assert!(
             matches!(result, EntryResult::ReplaceFiles(Ok(ref o)) if o.replaced == 3),

@@ -24,6 +24,24 @@ enum Op {
     RemoveFront(usize),
     /// Clone, change the clone, and check the original did not move.
     CloneAndPush,
+    /// Replaces `count` entries from position `at` by one run entry spanning them.
+    Merge {
+        at: usize,
+        count: usize,
+    },
+}
+
+/// One entry spanning `entries` (what compaction's swap puts in place of a run of batches).
+fn run_of(entries: &[IndexEntry]) -> IndexEntry {
+    IndexEntry {
+        base_offset: entries[0].base_offset,
+        last_offset: entries[entries.len() - 1].last_offset,
+        file_id: FileId(u128::MAX),
+        byte_offset: 7,
+        len: entries.iter().map(|e| e.len).sum(),
+        first_timestamp: entries[0].first_timestamp,
+        max_timestamp: entries.iter().map(|e| e.max_timestamp).max().unwrap(),
+    }
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -31,6 +49,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (-5i64..100, 1u32..500).prop_map(|(max_timestamp, len)| Op::Push { max_timestamp, len }),
         2 => (0usize..12).prop_map(Op::RemoveFront),
         1 => Just(Op::CloneAndPush),
+        2 => (0usize..20, 1usize..9).prop_map(|(at, count)| Op::Merge { at, count }),
     ]
 }
 
@@ -134,6 +153,21 @@ proptest! {
                     copy.remove_front(1, |_| {});
                     prop_assert_eq!(index.iter().copied().collect::<Vec<_>>(), model.clone());
                 }
+                Op::Merge { at, count } => {
+                    let copy = index.clone();
+                    let end = at + count;
+                    if end <= model.len() {
+                        let run = run_of(&model[at..end]);
+                        prop_assert!(index.replace_range(at, end, run));
+                        model.splice(at..end, [run]);
+                        let mut wrong = run;
+                        wrong.len += 1;
+                        prop_assert!(!index.replace_range(at, at + 1, wrong), "a run must span its bytes");
+                    } else {
+                        prop_assert!(!index.replace_range(at, end, entry(0, 0, 1)));
+                    }
+                    prop_assert_eq!(copy.len(), copy.iter().count(), "the clone is untouched");
+                }
             }
             check_against(&index, &model, from, target);
         }
@@ -183,4 +217,41 @@ fn test_chunked_index_front_trim_drops_whole_chunks_and_forgets_their_maxima() {
     assert!(index.is_empty());
     index.push(entry(7, 5, 100));
     assert_eq!(index.bytes_between(0, 1), 100);
+}
+
+#[test]
+fn test_chunked_index_replace_range_rebuilds_only_the_chunks_it_touches() {
+    let mut index = ChunkedIndex::with_chunk_entries(4);
+    for i in 0..14 {
+        index.push(entry(i, i, 10));
+    }
+    let copy = index.clone();
+    let run = run_of(&index.iter().skip(5).take(2).copied().collect::<Vec<_>>());
+    assert!(index.replace_range(5, 7, run));
+    assert_eq!(index.len(), 13);
+    assert!(
+        Arc::ptr_eq(&index.full[0], &copy.full[0]),
+        "chunk 0 is shared still"
+    );
+    assert!(
+        Arc::ptr_eq(&index.full[2], &copy.full[2]),
+        "chunk 2 is shared still"
+    );
+    assert_eq!(index.starts, vec![0, 4, 7]);
+    assert_eq!(index.get(5), Some(&run));
+    assert_eq!(index[6].base_offset, 7);
+    assert_eq!(index.bytes_between(0, 13), 140, "byte totals are unchanged");
+    // A run reaching into the tail, from a trimmed front.
+    index.remove_front(2, |_| {});
+    let rest: Vec<_> = index.iter().copied().collect();
+    let run = run_of(&rest[1..]);
+    assert!(index.replace_range(1, rest.len(), run));
+    assert_eq!(
+        index.iter().copied().collect::<Vec<_>>(),
+        vec![rest[0], run]
+    );
+    assert_eq!(index.bytes_between(0, 2), 120);
+    index.push(entry(14, 99, 10));
+    assert_eq!(index.first_reaching(0, 50), Some(2));
+    assert_eq!(copy.len(), 14);
 }
