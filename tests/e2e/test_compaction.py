@@ -11,11 +11,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from test_buckets import bucket_layout
-from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
-                      ck_produce, ck_producer, kp_consume, now_ms, unique, wait_until)
+from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_consumer,
+                      ck_create_topics, ck_produce, ck_producer, kp_consume, now_ms, unique,
+                      wait_until)
 
 WAIT_S = 90.0
 PARTITIONS = 3
@@ -69,6 +70,22 @@ def check_all(bootstrap: str, topic: str, acked) -> None:
     assert sum(len(v) for v in got.values()) == len(acked)
 
 
+def offsets_for_times(bootstrap: str, topic: str, acked) -> list[tuple[int, int]]:
+    """librdkafka's offsets_for_times for every fifth acked record's timestamp: (expected,
+    answered). Timestamps rise within a partition, so the answer is the record's own offset."""
+    c = ck_consumer(bootstrap)
+    try:
+        out = []
+        for a in acked[::5]:
+            (r,) = c.offsets_for_times([TopicPartition(topic, a.partition, a.rec.timestamp)],
+                                       timeout=30)
+            assert r.error is None, r.error
+            out.append((a.offset, r.offset))
+        return out
+    finally:
+        c.close()
+
+
 def test_compaction_moves_ingest_files_and_reads_back_identical(agent_factory, monkeypatch):
     fast_compaction(monkeypatch)
     agent = agent_factory(start=False)
@@ -94,8 +111,13 @@ def test_compaction_moves_ingest_files_and_reads_back_identical(agent_factory, m
     tiers = report(agent)["tiers"]
     assert tiers["regional_files"] >= 1 and tiers["regional_bytes"] > 0, tiers
     assert tiers["lag_ms"] == 0, tiers
+    # ListOffsets by timestamp walks the batches of a compacted run to the exact record.
+    answers = offsets_for_times(agent.bootstrap, topic, acked)
+    assert all(want == got for want, got in answers), answers
     stats = report(agent)["compaction"]
     assert stats["input_files"] >= 12 and stats["batches_moved"] >= 12 * PARTITIONS, stats
+    # Consecutive batches of a partition became one index entry (RFC 0005 §3).
+    assert 0 < tiers["regional_entries"] < stats["batches_moved"], (tiers, stats)
     check_all(agent.bootstrap, topic, acked)
     # kafka-python reads the same records.
     got = kp_consume(agent.bootstrap, topic, range(PARTITIONS))

@@ -198,7 +198,15 @@ def main() -> None:
                   f"{gets} GETs ({gets / max(read / GIB, 1e-9):.0f} per GiB)")
         print(f"read from 0 at the end: {final_read / (1 << 20):.0f} MiB, {final_gets} GETs "
               f"({final_gets / max(final_read / GIB, 1e-9):.0f} per GiB)")
-        print(json.dumps({"samples": rows, "compaction": doc.get("compaction")}))
+        tiers = doc.get("tiers") or {}
+        if tiers:
+            reg_gib = max(tiers.get("regional_bytes", 0) / GIB, 1e-9)
+            ing_gib = max(tiers.get("ingest_bytes", 0) / GIB, 1e-9)
+            print(f"index entries: regional {tiers.get('regional_entries')} "
+                  f"({tiers.get('regional_entries', 0) / reg_gib:.0f} per GiB), ingest "
+                  f"{tiers.get('ingest_entries')} ({tiers.get('ingest_entries', 0) / ing_gib:.0f} per GiB), "
+                  f"batches moved by compaction {(doc.get('compaction') or {}).get('batches_moved')}")
+        print(json.dumps({"samples": rows, "compaction": doc.get("compaction"), "tiers": tiers}))
     finally:
         agent.send_signal(signal.SIGTERM)
         try:

@@ -85,6 +85,9 @@ struct Counters {
     bytes_read: AtomicU64,
     outputs: AtomicU64,
     bytes_written: AtomicU64,
+    /// Gauges, set by the planner: jobs and files planned and not yet compacted.
+    jobs_outstanding: AtomicU64,
+    files_outstanding: AtomicU64,
 }
 
 /// A copy of the counters.
@@ -99,6 +102,10 @@ pub struct Stats {
     pub bytes_read: u64,
     pub outputs: u64,
     pub bytes_written: u64,
+    /// Jobs planned whose inputs are still in the ingest tier (queued or running), and their
+    /// files, as of the planner's last pass.
+    pub jobs_outstanding: u64,
+    pub files_outstanding: u64,
 }
 
 /// Files and bytes per tier, and how far compaction is behind, from the durable state.
@@ -108,6 +115,10 @@ pub struct TierStats {
     pub ingest_bytes: u64,
     pub regional_files: u64,
     pub regional_bytes: u64,
+    /// Index entries naming files of each tier: one per batch in the ingest tier, one per run
+    /// (up to `index_entry_bytes`) in the regional tier (RFC 0005 §3).
+    pub ingest_entries: u64,
+    pub regional_entries: u64,
     /// Files released (by retention or compaction) and waiting for the deleter.
     pub released_files: u64,
     /// Age of the oldest live ingest file (its id's time against the wall clock): compaction
@@ -186,6 +197,8 @@ impl Compactor {
             bytes_read: get(&c.bytes_read),
             outputs: get(&c.outputs),
             bytes_written: get(&c.bytes_written),
+            jobs_outstanding: get(&c.jobs_outstanding),
+            files_outstanding: get(&c.files_outstanding),
         }
     }
 
@@ -202,11 +215,13 @@ impl Compactor {
                     Tier::Ingest => {
                         stats.ingest_files += 1;
                         stats.ingest_bytes += meta.size;
+                        stats.ingest_entries += u64::from(meta.live_batches);
                         stats.lag_ms = stats.lag_ms.max(now_ms - id.unix_ms());
                     }
                     Tier::Regional => {
                         stats.regional_files += 1;
                         stats.regional_bytes += meta.size;
+                        stats.regional_entries += u64::from(meta.live_batches);
                     }
                 }
             }
@@ -243,6 +258,7 @@ impl Compactor {
             );
             plan::plan(state, now_ms, &outstanding.files(), &self.settings)
         });
+        self.note_outstanding(outstanding);
         if jobs.is_empty() {
             return Ok(0);
         }
@@ -259,10 +275,19 @@ impl Compactor {
         for job in &jobs {
             outstanding.add(job);
         }
+        self.note_outstanding(outstanding);
         self.counters
             .jobs_pushed
             .fetch_add(pushed as u64, Ordering::Relaxed);
         Ok(pushed)
+    }
+
+    fn note_outstanding(&self, outstanding: &Outstanding) {
+        let c = &self.counters;
+        c.jobs_outstanding
+            .store(outstanding.jobs() as u64, Ordering::Relaxed);
+        c.files_outstanding
+            .store(outstanding.len() as u64, Ordering::Relaxed);
     }
 
     /// Works jobs as `worker` until `stop`.
@@ -439,7 +464,9 @@ impl Compactor {
 /// The files of jobs this planner pushed and that are still in the ingest tier.
 #[derive(Debug, Default)]
 pub struct Outstanding {
-    files: HashMap<FileId, Instant>,
+    /// Each file: when it was planned, and its job (a number of this planner's own).
+    files: HashMap<FileId, (Instant, u64)>,
+    next_job: u64,
 }
 
 impl Outstanding {
@@ -452,15 +479,26 @@ impl Outstanding {
 
     fn add(&mut self, files: &[FileId]) {
         let now = Instant::now();
+        self.next_job += 1;
         for id in files {
-            self.files.insert(*id, now);
+            self.files.insert(*id, (now, self.next_job));
         }
     }
 
     /// Forgets files no longer live, and files planned longer than `replan_after` ago.
     fn forget_gone(&mut self, live: impl Fn(&FileId) -> bool, replan_after: Duration) {
         self.files
-            .retain(|id, since| live(id) && since.elapsed() < replan_after);
+            .retain(|id, (since, _)| live(id) && since.elapsed() < replan_after);
+    }
+
+    /// Jobs with an input still in the ingest tier: queued or running (the queue depth as this
+    /// planner sees it, without reading the queue object).
+    pub fn jobs(&self) -> usize {
+        self.files
+            .values()
+            .map(|(_, job)| *job)
+            .collect::<HashSet<_>>()
+            .len()
     }
 
     fn files(&self) -> HashSet<FileId> {

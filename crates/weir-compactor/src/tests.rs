@@ -181,6 +181,8 @@ async fn test_compaction_moves_everything_and_reads_back_identical() {
     let mut outstanding = Outstanding::default();
     assert_eq!(h.compactor.plan_once(&mut outstanding).await.unwrap(), 1);
     assert_eq!(outstanding.len(), 6, "six input files planned");
+    let stats = h.compactor.stats();
+    assert_eq!((stats.jobs_outstanding, stats.files_outstanding), (1, 6));
     assert_eq!(
         h.compactor.plan_once(&mut outstanding).await.unwrap(),
         0,
@@ -213,6 +215,8 @@ async fn test_compaction_moves_everything_and_reads_back_identical() {
     // The files left the ingest tier: the planner forgets them.
     assert_eq!(h.compactor.plan_once(&mut outstanding).await.unwrap(), 0);
     assert!(outstanding.is_empty());
+    let stats = h.compactor.stats();
+    assert_eq!((stats.jobs_outstanding, stats.files_outstanding), (0, 0));
 }
 
 /// The same job run twice commits once: the second run's swap is refused and its output
