@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -41,6 +41,9 @@ pub struct Settings {
     /// A run of consecutive batches becomes one index entry up to this many bytes (RFC 0005
     /// §3).
     pub max_run_bytes: u32,
+    /// Outputs larger than this are written with a multipart upload (one PUT up to it: a part
+    /// is a request, and fewer requests per GiB is the point of compaction).
+    pub multipart_threshold: u64,
     /// A file is planned only once it is this old (younger files are still being written to
     /// by retries and read by consumers at the tip).
     pub min_input_age: Duration,
@@ -63,6 +66,7 @@ impl Default for Settings {
             target_file_bytes: 128 << 20,
             max_inputs: 5000,
             max_run_bytes: 1 << 20,
+            multipart_threshold: 1 << 30,
             min_input_age: Duration::from_secs(30),
             max_input_age: Duration::from_secs(300),
             plan_interval: Duration::from_secs(10),
@@ -72,6 +76,11 @@ impl Default for Settings {
         }
     }
 }
+
+/// Part size of a multipart output (S3 wants at least 5 MiB per part but the last).
+pub const MULTIPART_PART_BYTES: usize = 64 << 20;
+/// Parts of one output in flight at once.
+const MULTIPART_CONCURRENCY: usize = 4;
 
 /// What compaction did, since the agent started.
 #[derive(Debug, Default)]
@@ -290,6 +299,28 @@ impl Compactor {
             .store(outstanding.len() as u64, Ordering::Relaxed);
     }
 
+    /// Writes an output above `multipart_threshold` in parts of [`MULTIPART_PART_BYTES`], up to
+    /// [`MULTIPART_CONCURRENCY`] at once. A multipart upload cannot be create-only; the output's
+    /// id is new (a ULID with 80 random bits), so nothing else writes that key.
+    async fn put_multipart(
+        &self,
+        key: &object_store::path::Path,
+        parts: &[bytes::Bytes],
+    ) -> object_store::Result<()> {
+        let upload = self.regional.put_multipart(key).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES);
+        for part in parts {
+            if let Err(err) = writer.wait_for_capacity(MULTIPART_CONCURRENCY).await {
+                // Aborting frees the parts written; if that fails too the bucket's lifecycle
+                // rule for incomplete uploads does (docs/operations.md).
+                let _ = writer.abort().await;
+                return Err(err);
+            }
+            writer.put(part.clone());
+        }
+        writer.finish().await.map(drop)
+    }
+
     /// Works jobs as `worker` until `stop`.
     pub async fn run_worker(self: Arc<Self>, worker: String, mut stop: watch::Receiver<bool>) {
         loop {
@@ -399,18 +430,23 @@ impl Compactor {
         };
         let key = keys::data_file(Tier::Regional, &file);
         let size = output.file.total_len;
-        let payload: PutPayload = output.file.parts.iter().cloned().collect();
-        let create = PutOptions {
-            mode: PutMode::Create,
-            ..PutOptions::default()
+        let written = if size > self.settings.multipart_threshold {
+            self.put_multipart(&key, &output.file.parts).await
+        } else {
+            let payload: PutPayload = output.file.parts.iter().cloned().collect();
+            let create = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            self.regional
+                .put_opts(&key, payload, create)
+                .await
+                .map(drop)
         };
-        self.regional
-            .put_opts(&key, payload, create)
-            .await
-            .map_err(|err| CompactError::Write {
-                file,
-                why: err.to_string(),
-            })?;
+        written.map_err(|err| CompactError::Write {
+            file,
+            why: err.to_string(),
+        })?;
         self.counters.outputs.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_written

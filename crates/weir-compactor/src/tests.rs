@@ -42,6 +42,10 @@ fn settings() -> Settings {
 /// `files` produce requests of two batches on partition 0 and one on partition 1, each its own
 /// file.
 async fn harness(files: usize) -> Harness {
+    harness_with(files, settings()).await
+}
+
+async fn harness_with(files: usize, compactor_settings: Settings) -> Harness {
     let buckets: Vec<Arc<dyn ObjectStore>> =
         (0..2).map(|_| Arc::new(InMemory::new()) as _).collect();
     let ingest = Arc::new(QuorumWriter::new(buckets, 2).unwrap());
@@ -102,7 +106,7 @@ async fn harness(files: usize) -> Harness {
         regional.clone(),
         queue.clone(),
         clock,
-        settings(),
+        compactor_settings,
         7,
     ));
     Harness {
@@ -395,4 +399,26 @@ async fn test_compaction_runs_shrink_the_index_and_fetches_from_any_offset_are_u
             "max_run_bytes {max_run_bytes}"
         );
     }
+}
+
+/// An output above the multipart threshold is written in parts and reads back the same.
+#[tokio::test]
+async fn test_compaction_large_output_goes_multipart_and_reads_back_identical() {
+    let h = harness_with(
+        4,
+        Settings {
+            multipart_threshold: 0,
+            ..settings()
+        },
+    )
+    .await;
+    let before = h.read_every_offset().await;
+    let inputs: Vec<FileId> = h.control.read(|s| s.files.keys().copied().collect());
+    assert!(matches!(
+        h.compactor.compact(1, &inputs).await.unwrap(),
+        JobOutcome::Done(_)
+    ));
+    assert!(h.tiers().iter().all(|t| *t == Tier::Regional));
+    assert_eq!(h.regional_objects().await, 1);
+    assert_eq!(h.read_every_offset().await, before);
 }

@@ -250,6 +250,7 @@ pub(crate) struct CompactionConfig {
     pub(crate) target_file_bytes: u64,
     pub(crate) max_inputs: usize,
     pub(crate) index_entry_bytes: u32,
+    pub(crate) multipart_threshold: u64,
     #[serde(with = "humantime_serde")]
     pub(crate) min_input_age: Duration,
     #[serde(with = "humantime_serde")]
@@ -267,6 +268,7 @@ impl CompactionConfig {
             target_file_bytes: self.target_file_bytes,
             max_inputs: self.max_inputs,
             max_run_bytes: self.index_entry_bytes,
+            multipart_threshold: self.multipart_threshold,
             min_input_age: self.min_input_age,
             max_input_age: self.max_input_age,
             plan_interval: self.plan_interval,
@@ -520,6 +522,7 @@ impl Config {
                 || compaction.target_file_bytes < 1 << 20
                 || compaction.max_inputs == 0
                 || !(64 << 10..=64 << 20).contains(&compaction.index_entry_bytes)
+                || !(64 << 20..=4 << 30).contains(&compaction.multipart_threshold)
                 || compaction.max_queued_jobs == 0
                 || compaction.plan_interval.is_zero()
                 || compaction.job_lease < Duration::from_secs(1)
@@ -528,7 +531,7 @@ impl Config {
             bail!(
                 "invalid [compaction]: workers at most 64, target_file_bytes at least 1 MiB, \
                  max_inputs, max_queued_jobs and plan_interval above 0, index_entry_bytes from \
-                 64 KiB to 64 MiB, job_lease at least 1s, max_input_age at least min_input_age"
+                 64 KiB to 64 MiB, multipart_threshold from 64 MiB to 4 GiB, job_lease at least 1s, max_input_age at least min_input_age"
             );
         }
         if self.gc.fetch_plan_ttl.is_zero() || self.gc.grace <= self.gc.fetch_plan_ttl * 2 {

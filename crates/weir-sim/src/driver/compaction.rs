@@ -51,6 +51,7 @@ impl CompactionScenario {
             replan_after: lease * 4,
             job_lease: lease,
             max_run_bytes: u32::MAX,
+            multipart_threshold: u64::MAX,
         };
         let queue = weir_objq::Settings {
             lease,
@@ -65,6 +66,8 @@ impl CompactionScenario {
         let heartbeat_loss = [0.0, 0.5, 0.95][rng.usize(..3)];
         // Runs from one batch each to unbounded (drawn last: earlier draws keep their seeds).
         settings.max_run_bytes = [1, 300, 2_000, u32::MAX][rng.usize(..4)];
+        // Outputs by one PUT or by multipart upload.
+        settings.multipart_threshold = [0, u64::MAX][rng.usize(..2)];
         Some(CompactionScenario {
             settings,
             queue,
@@ -77,12 +80,17 @@ impl CompactionScenario {
     pub(super) fn describe(this: &Option<Self>) -> String {
         match this {
             Some(c) => format!(
-                "compaction ({} worker(s), jobs ≤{} B / {} files, runs ≤{} B, age {:?}..{:?}, \
-                 lease {:?}, {:.0}% heartbeats lost, regional outages {:.1}%)",
+                "compaction ({} worker(s), jobs ≤{} B / {} files, runs ≤{} B, {}, age \
+                 {:?}..{:?}, lease {:?}, {:.0}% heartbeats lost, regional outages {:.1}%)",
                 c.workers,
                 c.settings.target_file_bytes,
                 c.settings.max_inputs,
                 c.settings.max_run_bytes,
+                if c.settings.multipart_threshold == 0 {
+                    "multipart outputs"
+                } else {
+                    "outputs by one PUT"
+                },
                 c.settings.min_input_age,
                 c.settings.max_input_age,
                 c.settings.job_lease,
