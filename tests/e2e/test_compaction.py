@@ -206,3 +206,51 @@ def test_compaction_survives_kill9_mid_job(agent_factory, monkeypatch):
     # covers each point of a job systematically.)
     wait_until(only_named_compacted_files, WAIT_S, "no compacted file the log does not name")
     check_all(agent.bootstrap, topic, acked)
+
+
+def test_compaction_waits_out_a_compacted_bucket_outage(agent_factory, monkeypatch):
+    """The compacted bucket goes away for a while (its directory replaced by a plain file, so
+    every write to it fails): jobs fail and are retried, produce and reads of what is still in
+    the ingest tier go on, nothing is deleted from the ingest tier; when it is back the backlog
+    is compacted and everything reads back identical, with no compacted file the log does not
+    name."""
+    fast_compaction(monkeypatch)
+    monkeypatch.setenv("WEIR_GC_SWEEP_INTERVAL", "1s")
+    monkeypatch.setenv("WEIR_GC_ORPHAN_AGE", "10s")
+    agent = agent_factory(start=False)
+    root = agent.data_dir.parent / "buckets"
+    dirs, layout = bucket_layout(root)
+    report_path = agent.data_dir.parent / "storage-report.json"
+    agent.start(extra_args=layout + ["--storage-report", str(report_path)])
+    topic = unique("outage")
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
+    first = produce_rounds(agent.bootstrap, topic, rounds=4, per_round=15, tag="a")
+    wait_until(lambda: ingest_files(dirs) == 0, WAIT_S, "the first rounds compacted")
+
+    bucket = root / "compacted"
+    away = root / "compacted.away"
+    bucket.rename(away)
+    bucket.write_text("the compacted bucket is down\n")
+    try:
+        retried = report(agent).get("compaction", {}).get("jobs_retried", 0)
+        second = produce_rounds(agent.bootstrap, topic, rounds=4, per_round=15, tag="b")
+        wait_until(lambda: report(agent).get("compaction", {}).get("jobs_retried", 0) > retried,
+                   WAIT_S, "a compaction job to fail on the missing bucket")
+        assert ingest_files(dirs) >= 4, "the second rounds stay in the ingest tier"
+        # What the ingest tier holds still reads (librdkafka), from the first new offset on.
+        for p in range(PARTITIONS):
+            mine = sorted(a.offset for a in second if a.partition == p)
+            got = ck_consume(agent.bootstrap, topic, [p], start=mine[0])[p]
+            assert [g.offset for g in got] == mine
+    finally:
+        bucket.unlink()
+        away.rename(bucket)
+    wait_until(lambda: ingest_files(dirs) == 0, WAIT_S, "the backlog compacted after the outage")
+    check_all(agent.bootstrap, topic, first + second)
+
+    def only_named_compacted_files() -> bool:
+        tiers = report(agent).get("tiers", {})
+        return tiers.get("released_files") == 0 and \
+            len(compacted_files(root)) == tiers.get("regional_files")
+
+    wait_until(only_named_compacted_files, WAIT_S, "no compacted file the log does not name")
