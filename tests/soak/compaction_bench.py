@@ -54,6 +54,17 @@ def requests(doc: dict, bucket_part: str, kind: str) -> int:
     return total
 
 
+def rss_mib(pid: int) -> float:
+    """The agent's resident set (VmRSS), MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def files(root: Path) -> list[Path]:
     return list(root.rglob("*.weir")) if root.exists() else []
 
@@ -170,9 +181,12 @@ def main() -> None:
                              round(sum(f.stat().st_size for f in ingest) / (1 << 20), 1),
                              round(oldest), len(comp),
                              round(sum(f.stat().st_size for f in comp) / (1 << 20), 1),
-                             stats.get("jobs_done", 0)))
+                             stats.get("jobs_done", 0),
+                             (doc.get("tiers") or {}).get("ingest_entries", 0),
+                             (doc.get("tiers") or {}).get("regional_entries", 0),
+                             round(rss_mib(agent.pid))))
                 print("t=%5ss ingest files %6d (%7.1f MiB, oldest %4ss)  compacted %4d (%8.1f MiB)"
-                      "  jobs %d" % rows[-1], flush=True)
+                      "  jobs %d  index entries %d + %d  rss %d MiB" % rows[-1], flush=True)
         stop.set()
         producer.join()
         doc = report(report_path)

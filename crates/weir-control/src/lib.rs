@@ -9,6 +9,9 @@
 //! * [`maintenance`] — retention: which log starts move, and the task that moves them.
 //! * [`sweep`] — the orphan sweep: unreferenced objects older than a fenced horizon go.
 //! * [`summary`] — topic names, ids and partition counts without partition contents (Metadata).
+//! * [`replica`] — a follower's copy of the durable log's state (RFC 0002; not yet used).
+//! * [`leadership`] — the leader's lease and when a follower may take over (RFC 0002; not yet
+//!   used).
 //! * [`plane`] — the in-process [`ControlPlane`] handle: a single actor sequences entries,
 //!   group-commits them with several log writes in flight, and answers each caller once its
 //!   entry and every entry before it are durable (DUR-1, CTL-1).
@@ -19,9 +22,11 @@ pub mod configs;
 pub mod entry;
 pub mod error;
 pub mod gc;
+pub mod leadership;
 pub mod log;
 pub mod maintenance;
 pub mod plane;
+pub mod replica;
 pub mod state;
 pub mod summary;
 pub mod sweep;

@@ -415,7 +415,7 @@ impl LogStore {
             })
     }
 
-    async fn read_record(&self, seq: u64) -> Result<Option<(u64, LogRecord)>, LogError> {
+    pub(crate) async fn read_record(&self, seq: u64) -> Result<Option<(u64, LogRecord)>, LogError> {
         let key = keys::meta_log(seq);
         let Some(bytes) = self.get(&key).await? else {
             return Ok(None);

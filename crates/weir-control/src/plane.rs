@@ -536,11 +536,8 @@ impl Writer {
         let snapshot = {
             let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
             for (entry, (_, sealed)) in slot.entries.iter().zip(&slot.waiters) {
-                let result = state.apply(entry);
+                let result = state.apply_durable(entry);
                 debug_assert_eq!(&result, sealed, "apply is deterministic");
-                if let Entry::CommitFile(commit) = entry {
-                    publish_high_watermarks(&mut state, commit);
-                }
             }
             // The state after this slot, snapshotted once the slot is durable. Cloned under
             // the lock (a memory copy); serialised and written off the writer task.
@@ -580,25 +577,6 @@ impl Writer {
         match written {
             Ok(written) => info!(seq, chunks = written.chunks, "wrote shutdown snapshot"),
             Err(err) => warn!(seq, error = %err, "shutdown snapshot failed"),
-        }
-    }
-}
-
-/// Makes what a durable commit appended visible to consumers. In the readable state everything
-/// is durable, so the stable high watermark is the high watermark.
-fn publish_high_watermarks(state: &mut State, commit: &crate::entry::FileCommit) {
-    for batch in &commit.batches {
-        let Some(name) = state.topic_by_id(&batch.topic_id).map(|t| t.name.clone()) else {
-            continue;
-        };
-        let partition = usize::try_from(batch.partition).ok().and_then(|index| {
-            state
-                .topics
-                .get_mut(&name)
-                .and_then(|topic| topic.partitions.get_mut(index))
-        });
-        if let Some(partition) = partition {
-            partition.stable_high_watermark = partition.high_watermark;
         }
     }
 }

@@ -145,6 +145,30 @@ impl State {
             .collect();
     }
 
+    /// Applies an entry whose log slot is durable, for a state that holds only durable entries
+    /// (the plane's readable state, a follower's replica): as [`State::apply`], and what a
+    /// commit appended becomes visible to consumers (its partitions' stable high watermark is
+    /// their high watermark).
+    pub fn apply_durable(&mut self, entry: &Entry) -> EntryResult {
+        let result = self.apply(entry);
+        if let Entry::CommitFile(commit) = entry {
+            for batch in &commit.batches {
+                let Some(name) = self.topic_names_by_id.get(&batch.topic_id) else {
+                    continue;
+                };
+                let partition = usize::try_from(batch.partition).ok().and_then(|index| {
+                    self.topics
+                        .get_mut(name)
+                        .and_then(|topic| topic.partitions.get_mut(index))
+                });
+                if let Some(partition) = partition {
+                    partition.stable_high_watermark = partition.high_watermark;
+                }
+            }
+        }
+        result
+    }
+
     /// Marks everything assigned as durable (after recovery: all replayed entries are durable).
     pub fn mark_all_stable(&mut self) {
         for topic in self.topics.values_mut() {
