@@ -5,16 +5,18 @@
 #
 # cargo-fuzz passes -Z flags to rustc; the pinned stable toolchain accepts them with
 # RUSTC_BOOTSTRAP=1, so no nightly is needed. The fuzz crate is its own workspace with its own
-# target dir (outside the clone, so CI machines build it incrementally).
+# target dir (outside the clone, so CI machines build it incrementally). RUSTC_BOOTSTRAP is set
+# for the fuzz build only: build scripts such as proc-macro2's rerun when it changes, so a cargo
+# run in the workspace's target dir with it set would make the next CI run rebuild nearly every
+# dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-10}"
 workspace_target="${CARGO_TARGET_DIR:-/var/tmp/weir-target}"
-export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${WEIR_FUZZ_TARGET_DIR:-/var/tmp/weir-fuzz-target}"
 targets=(request_frame record_batch weir_file records)
 
-(cd fuzz && cargo fuzz build)
+(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build)
 bin_dir="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
 
 scratch=$(mktemp -d)
@@ -22,7 +24,7 @@ trap 'rm -rf "$scratch"' EXIT
 # Seed request_frame with one valid frame per served (API, version): written by a unit test.
 mkdir -p "$scratch/request_frame"
 WEIR_FUZZ_SEED_DIR="$scratch/request_frame" CARGO_TARGET_DIR="$workspace_target" \
-    cargo test -q -p weir-protocol --test request_decode test_write_fuzz_seed_corpus >/dev/null
+    env -u RUSTC_BOOTSTRAP cargo test -q -p weir-protocol --test request_decode test_write_fuzz_seed_corpus >/dev/null
 for target in "${targets[@]}"; do
     mkdir -p "$scratch/$target" "$scratch/artifacts-$target"
     log="$scratch/$target.log"
