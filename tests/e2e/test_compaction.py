@@ -86,6 +86,28 @@ def offsets_for_times(bootstrap: str, topic: str, acked) -> list[tuple[int, int]
         c.close()
 
 
+def sweeping_agent(agent_factory, monkeypatch):
+    """A started agent with fast compaction and an orphan sweep that runs within the test:
+    (agent, bucket root, ingest dirs, start args)."""
+    fast_compaction(monkeypatch)
+    monkeypatch.setenv("WEIR_GC_SWEEP_INTERVAL", "1s")
+    monkeypatch.setenv("WEIR_GC_ORPHAN_AGE", "10s")
+    agent = agent_factory(start=False)
+    root = agent.data_dir.parent / "buckets"
+    dirs, layout = bucket_layout(root)
+    report_path = agent.data_dir.parent / "storage-report.json"
+    args = layout + ["--storage-report", str(report_path)]
+    agent.start(extra_args=args)
+    return agent, root, dirs, args
+
+
+def only_named_compacted_files(agent, root: Path) -> bool:
+    """Nothing released waits for the deleter and every compacted file is one the log names."""
+    tiers = report(agent).get("tiers", {})
+    return tiers.get("released_files") == 0 and \
+        len(compacted_files(root)) == tiers.get("regional_files")
+
+
 def test_compaction_moves_ingest_files_and_reads_back_identical(agent_factory, monkeypatch):
     fast_compaction(monkeypatch)
     agent = agent_factory(start=False)
@@ -174,15 +196,7 @@ def test_compaction_survives_kill9_mid_job(agent_factory, monkeypatch):
     """kill -9 while jobs run (many inputs, short ages), three times: every acknowledged record
     still reads back identical, every ingest file is compacted and deleted in the end, and the
     orphan sweep leaves no compacted file the log does not name."""
-    fast_compaction(monkeypatch)
-    monkeypatch.setenv("WEIR_GC_SWEEP_INTERVAL", "1s")
-    monkeypatch.setenv("WEIR_GC_ORPHAN_AGE", "10s")
-    agent = agent_factory(start=False)
-    root = agent.data_dir.parent / "buckets"
-    dirs, layout = bucket_layout(root)
-    report_path = agent.data_dir.parent / "storage-report.json"
-    args = layout + ["--storage-report", str(report_path)]
-    agent.start(extra_args=args)
+    agent, root, dirs, args = sweeping_agent(agent_factory, monkeypatch)
     topic = unique("kill")
     ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
     acked = []
@@ -196,15 +210,11 @@ def test_compaction_survives_kill9_mid_job(agent_factory, monkeypatch):
     wait_until(lambda: ingest_files(dirs) == 0, WAIT_S,
                "every ingest file compacted and deleted after the kills")
 
-    def only_named_compacted_files() -> bool:
-        tiers = report(agent).get("tiers", {})
-        return tiers.get("released_files") == 0 and \
-            len(compacted_files(root)) == tiers.get("regional_files")
-
     # Outputs of killed jobs that never committed are orphans: the sweep removes them once
     # they are older than gc.orphan_age. (The kills land wherever the jobs are; the simulator
     # covers each point of a job systematically.)
-    wait_until(only_named_compacted_files, WAIT_S, "no compacted file the log does not name")
+    wait_until(lambda: only_named_compacted_files(agent, root), WAIT_S,
+               "no compacted file the log does not name")
     check_all(agent.bootstrap, topic, acked)
 
 
@@ -214,14 +224,7 @@ def test_compaction_waits_out_a_compacted_bucket_outage(agent_factory, monkeypat
     the ingest tier go on, nothing is deleted from the ingest tier; when it is back the backlog
     is compacted and everything reads back identical, with no compacted file the log does not
     name."""
-    fast_compaction(monkeypatch)
-    monkeypatch.setenv("WEIR_GC_SWEEP_INTERVAL", "1s")
-    monkeypatch.setenv("WEIR_GC_ORPHAN_AGE", "10s")
-    agent = agent_factory(start=False)
-    root = agent.data_dir.parent / "buckets"
-    dirs, layout = bucket_layout(root)
-    report_path = agent.data_dir.parent / "storage-report.json"
-    agent.start(extra_args=layout + ["--storage-report", str(report_path)])
+    agent, root, dirs, _ = sweeping_agent(agent_factory, monkeypatch)
     topic = unique("outage")
     ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
     first = produce_rounds(agent.bootstrap, topic, rounds=4, per_round=15, tag="a")
@@ -247,10 +250,5 @@ def test_compaction_waits_out_a_compacted_bucket_outage(agent_factory, monkeypat
         away.rename(bucket)
     wait_until(lambda: ingest_files(dirs) == 0, WAIT_S, "the backlog compacted after the outage")
     check_all(agent.bootstrap, topic, first + second)
-
-    def only_named_compacted_files() -> bool:
-        tiers = report(agent).get("tiers", {})
-        return tiers.get("released_files") == 0 and \
-            len(compacted_files(root)) == tiers.get("regional_files")
-
-    wait_until(only_named_compacted_files, WAIT_S, "no compacted file the log does not name")
+    wait_until(lambda: only_named_compacted_files(agent, root), WAIT_S,
+               "no compacted file the log does not name")

@@ -27,16 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from soak import free_port, rss_mib  # noqa: E402  (tests/soak, this script's directory)
 
 GIB = 1 << 30
 PARTITIONS = 8
 VALUE = 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def report(path: Path) -> dict:
@@ -52,17 +47,6 @@ def requests(doc: dict, bucket_part: str, kind: str) -> int:
         if bucket_part in b["name"]:
             total += sum(b["requests"][kind].values())
     return total
-
-
-def rss_mib(pid: int) -> float:
-    """The agent's resident set (VmRSS), MiB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def files(root: Path) -> list[Path]:

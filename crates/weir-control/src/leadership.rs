@@ -18,7 +18,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
-use crate::log::LogError;
+use crate::log::{get_optional, LogError};
 
 /// Format of the lease object.
 const LEASE_FORMAT: u32 = 1;
@@ -46,16 +46,9 @@ pub struct Lease {
 
 /// Reads epoch `epoch`'s lease; `None` when there is none (not written yet, or collected).
 pub async fn read_lease(store: &dyn ObjectStore, epoch: u64) -> Result<Option<Lease>, LogError> {
-    let key = lease_key(epoch);
-    let bytes = match store.get(&key).await {
-        Ok(got) => got.bytes().await,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(source) => Err(source),
-    }
-    .map_err(|source| LogError::Store {
-        key: key.to_string(),
-        source,
-    })?;
+    let Some(bytes) = get_optional(store, &lease_key(epoch)).await? else {
+        return Ok(None);
+    };
     // A lease this build cannot read (a newer format, a torn write on a store without atomic
     // PUTs) says nothing: as if absent, so the follower relies on the timeout and the epochs.
     Ok(serde_json::from_slice::<Lease>(&bytes)

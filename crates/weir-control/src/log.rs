@@ -359,21 +359,7 @@ impl LogStore {
     }
 
     async fn get(&self, key: &Path) -> Result<Option<Bytes>, LogError> {
-        match self.store.get(key).await {
-            Ok(result) => result
-                .bytes()
-                .await
-                .map(Some)
-                .map_err(|source| LogError::Store {
-                    key: key.to_string(),
-                    source,
-                }),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(source) => Err(LogError::Store {
-                key: key.to_string(),
-                source,
-            }),
-        }
+        get_optional(self.store.as_ref(), key).await
     }
 
     async fn list_seqs(&self, prefix: &Path) -> Result<Vec<u64>, LogError> {
@@ -680,6 +666,28 @@ impl LogStore {
             }
         }
         Ok(())
+    }
+}
+
+/// The object at `key`, or `None` when there is none.
+pub(crate) async fn get_optional(
+    store: &dyn ObjectStore,
+    key: &Path,
+) -> Result<Option<Bytes>, LogError> {
+    match store.get(key).await {
+        Ok(result) => result
+            .bytes()
+            .await
+            .map(Some)
+            .map_err(|source| LogError::Store {
+                key: key.to_string(),
+                source,
+            }),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(source) => Err(LogError::Store {
+            key: key.to_string(),
+            source,
+        }),
     }
 }
 

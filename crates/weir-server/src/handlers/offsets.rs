@@ -267,7 +267,10 @@ async fn find_in_batch(
         error_code::KAFKA_STORAGE_ERROR
     })?;
     let fallback = Some((entry.base_offset.max(from_offset), entry.max_timestamp));
-    let Ok(batches) = split_and_validate(&data.records) else {
+    let Some(batches) = split_and_validate(&data.records)
+        .ok()
+        .filter(|batches| !batches.is_empty())
+    else {
         warn!(
             base_offset = entry.base_offset,
             "list offsets: stored batch does not parse"
@@ -304,13 +307,6 @@ async fn find_in_batch(
                 )));
             }
         }
-    }
-    if batches.is_empty() {
-        warn!(
-            base_offset = entry.base_offset,
-            "list offsets: stored batch does not parse"
-        );
-        return Ok(fallback);
     }
     Ok(None)
 }

@@ -107,21 +107,8 @@ fn test_replace_moves_batches_and_releases_inputs() {
         }
     );
     let p0 = state.partition(&TOPIC, 0).unwrap();
-    let entries: Vec<_> = p0
-        .index
-        .iter()
-        .map(|e| {
-            (
-                e.base_offset,
-                e.last_offset,
-                e.file_id,
-                e.byte_offset,
-                e.len,
-            )
-        })
-        .collect();
     assert_eq!(
-        entries,
+        spans(&state, 0),
         vec![(0, 1, FileId(10), 8, 100), (2, 4, FileId(10), 108, 100)],
         "offsets and lengths stay; file and position change"
     );
