@@ -23,6 +23,7 @@ pub mod entry;
 pub mod error;
 pub mod gc;
 pub mod leadership;
+pub mod link;
 pub mod log;
 pub mod maintenance;
 pub mod plane;

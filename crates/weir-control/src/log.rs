@@ -17,6 +17,7 @@ mod snapshot;
 #[cfg(test)]
 pub(crate) mod test_store;
 
+pub(crate) use gc::opens_epoch;
 pub use gc::{FenceSlots, GcReport, KEPT_EPOCHS};
 pub use snapshot::{SnapshotWritten, MAX_CHUNK_GETS, MAX_CHUNK_PUTS, MAX_SNAPSHOT_CHUNK_BYTES};
 
@@ -62,6 +63,8 @@ pub enum LogError {
     },
     #[error("epoch {0} was claimed by another control plane")]
     EpochTaken(u64),
+    #[error("another live agent ({address}) has node id {node_id}")]
+    DuplicateNodeId { node_id: i32, address: String },
     /// An object that cannot be encoded: a log slot too large for its envelope (4 GiB), or a
     /// snapshot of a state the binary format cannot hold (an index that is not dense).
     #[error("cannot encode {key}: {source}")]
@@ -453,13 +456,14 @@ impl LogStore {
 
     /// Claims the next epoch create-only; losing the race means another control plane is active.
     /// A conflict while the epoch object stays absent is retried (see [`Self::create`]).
-    async fn claim_epoch(&self, address: &str) -> Result<u64, LogError> {
-        let highest = self
-            .list_seqs(&keys::meta_epoch_prefix())
-            .await?
-            .last()
-            .copied()
-            .unwrap_or(0);
+    ///
+    /// With `known`, claims only when no epoch above it exists: a cluster member claims the
+    /// epoch after the one whose leader it saw stop (RFC 0002 §2), never past a newer leader.
+    async fn claim_epoch(&self, address: &str, known: Option<u64>) -> Result<u64, LogError> {
+        let highest = self.highest_epoch().await?;
+        if known.is_some_and(|known| highest > known) {
+            return Err(LogError::EpochTaken(highest));
+        }
         let epoch = highest + 1;
         let body = serde_json::to_vec(&EpochBody {
             address: address.to_string(),
@@ -471,6 +475,36 @@ impl LogStore {
             None => Ok(epoch),
             Some(_) => Err(LogError::EpochTaken(epoch)),
         }
+    }
+
+    /// The metadata bucket.
+    pub(crate) fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The highest epoch claimed (0 when none): a listing of `meta/epoch/`.
+    pub(crate) async fn highest_epoch(&self) -> Result<u64, LogError> {
+        Ok(self
+            .list_seqs(&keys::meta_epoch_prefix())
+            .await?
+            .last()
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// The address recorded in epoch `epoch`'s object, if it exists.
+    pub(crate) async fn epoch_address(&self, epoch: u64) -> Result<Option<String>, LogError> {
+        let key = keys::meta_epoch(epoch);
+        let Some(bytes) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        let envelope = decode_envelope(&bytes).map_err(|err| LogError::CorruptSlot {
+            key: key.to_string(),
+            reason: err.to_string(),
+        })?;
+        Ok(serde_json::from_slice::<EpochBody>(envelope.payload)
+            .ok()
+            .map(|body| body.address))
     }
 
     /// Reads the durable state without writing anything: the newest readable snapshot, then the
@@ -531,13 +565,48 @@ impl LogStore {
         if let Some(window) = &self.window {
             window.pause();
         }
-        let epoch = self.claim_epoch(address).await?;
+        let epoch = self.claim_epoch(address, None).await?;
         self.take_over(epoch, new_cluster_id).await
+    }
+
+    /// Recovery of a cluster member (RFC 0002 §2): claims only when no epoch above `known`
+    /// exists, and fails with [`LogError::EpochTaken`] otherwise, instead of claiming past a
+    /// newer leader. With a replica, replays only the slots after it.
+    pub async fn recover_after(
+        &self,
+        known: u64,
+        address: &str,
+        new_cluster_id: &str,
+        replica: Option<&mut crate::replica::Replica>,
+    ) -> Result<Recovered, LogError> {
+        if let Some(window) = &self.window {
+            window.pause();
+        }
+        let epoch = self.claim_epoch(address, Some(known)).await?;
+        match replica {
+            None => self.take_over(epoch, new_cluster_id).await,
+            Some(replica) => {
+                replica.catch_up(self, None).await?;
+                self.take_over_from(epoch, new_cluster_id, replica.as_replayed())
+                    .await
+            }
+        }
     }
 
     /// The part of recovery after the claim of `epoch`: replay, then the `NewEpoch` record and
     /// hole fillers. Other writers may claim and write meanwhile (tests interleave them here).
     async fn take_over(&self, epoch: u64, new_cluster_id: &str) -> Result<Recovered, LogError> {
+        let replayed = self.replay().await?;
+        self.take_over_from(epoch, new_cluster_id, replayed).await
+    }
+
+    /// Takes over as the writer of `epoch` from what a replay found (or a replica holds).
+    async fn take_over_from(
+        &self,
+        epoch: u64,
+        new_cluster_id: &str,
+        replayed: Replayed,
+    ) -> Result<Recovered, LogError> {
         let Replayed {
             mut state,
             snapshot_seq,
@@ -546,7 +615,7 @@ impl LogStore {
             gap,
             log_epoch,
             mut fence,
-        } = self.replay().await?;
+        } = replayed;
         if log_epoch > epoch {
             warn!(
                 epoch,

@@ -12,6 +12,7 @@
 //! the state in memory (see `docs/architecture.md`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -19,18 +20,23 @@ use bytes::Bytes;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use object_store::ObjectStore;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 use weir_common::{Backoff, Clock, SystemClock, TopicId};
 
 use crate::entry::{Entry, EntryResult};
+use crate::link::{ControlLink, DurableRecord, Forwarded, LeaderStatus};
 use crate::log::{FenceSlots, LogError, LogRecord, LogStore, Recovered};
+use crate::replica::Replica;
 use crate::state::State;
 use crate::ControlError;
 use weir_storage::append::AppendableStore;
 
+mod cluster;
+mod recovery;
 mod snapshot;
 
+use cluster::LeaseTask;
 use snapshot::{SnapshotJob, SnapshotTrigger};
 
 /// Tuning of the metadata log writer.
@@ -72,6 +78,49 @@ pub struct ControlPlaneSettings {
     /// `control.prewarmed_slots` (0: create each slot with a create-only PUT, as without an
     /// appendable view).
     pub prewarmed_slots: usize,
+    /// Membership of a cluster (RFC 0002): lead or follow by the lease rule. Without it the
+    /// control plane is a cluster of one that always leads, claiming again whenever another
+    /// writer overtakes it.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// A cluster member's identity and timing (RFC 0002 §2). `ControlPlaneSettings::address` is
+/// the control address other members reach it at.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    pub node_id: i32,
+    /// One per process start: tells a restart of this node from another live agent with its id.
+    pub incarnation: String,
+    /// `cluster.lease_renew`: the leader renews its lease, and followers read it, this often.
+    pub lease_renew: Duration,
+    /// `cluster.lease_timeout`: a lease that has not moved this long (on the follower's own
+    /// clock) lets a follower take over from a leader that does not answer.
+    pub lease_timeout: Duration,
+    /// `cluster.forward_timeout`: a forwarded write not answered within it fails retriably.
+    pub forward_timeout: Duration,
+    pub link: Arc<dyn ControlLink>,
+}
+
+impl ClusterSettings {
+    pub fn new(node_id: i32, incarnation: &str, link: Arc<dyn ControlLink>) -> Self {
+        Self {
+            node_id,
+            incarnation: incarnation.to_string(),
+            lease_renew: Duration::from_secs(2),
+            lease_timeout: Duration::from_secs(10),
+            forward_timeout: Duration::from_secs(5),
+            link,
+        }
+    }
+}
+
+/// What a control plane is at the moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It writes the log as the leader of `epoch`.
+    Leader { epoch: u64 },
+    /// It follows the log (the highest epoch it knows of); its writes go to the leader.
+    Follower { epoch: u64 },
 }
 
 impl Default for ControlPlaneSettings {
@@ -90,14 +139,20 @@ impl Default for ControlPlaneSettings {
             snapshot_chunk_bytes: crate::log::MAX_SNAPSHOT_CHUNK_BYTES,
             appendable: None,
             prewarmed_slots: 0,
+            cluster: None,
         }
     }
 }
 
+/// Where a sequenced entry's durable result and its slot go.
+type Reply = oneshot::Sender<Result<(EntryResult, u64), ControlError>>;
+
 enum Command {
     Submit {
         entry: Entry,
-        reply: oneshot::Sender<Result<EntryResult, ControlError>>,
+        reply: Reply,
+        /// Sent by a follower: a control plane that no longer leads refuses it.
+        forwarded: bool,
     },
     Shutdown {
         done: oneshot::Sender<()>,
@@ -111,13 +166,20 @@ pub struct ControlPlane {
     state: Arc<RwLock<State>>,
     durable_seq: watch::Receiver<u64>,
     available: watch::Receiver<bool>,
+    role: watch::Receiver<Role>,
+    /// The leader's last lease renewal succeeded (a leader cut off from its bucket stops
+    /// answering as healthy, so followers take over).
+    lease_ok: Arc<AtomicBool>,
+    records: broadcast::Sender<DurableRecord>,
     open_claims: u32,
 }
 
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Command::Submit { entry, .. } => write!(f, "Submit({entry:?})"),
+            Command::Submit {
+                entry, forwarded, ..
+            } => write!(f, "Submit({entry:?}, forwarded: {forwarded})"),
             Command::Shutdown { .. } => write!(f, "Shutdown"),
         }
     }
@@ -138,31 +200,51 @@ impl ControlPlane {
         }
         let mut rng = fastrand::Rng::with_seed(seed);
         let cluster_id = new_cluster_id(&mut rng);
-        let (recovered, open_claims) =
-            recover_claiming_again(&log, &settings.address, &cluster_id).await?;
-        let durable = recovered.next_seq - 1;
-        let (durable_tx, durable_rx) = watch::channel(durable);
-        let (available_tx, available_rx) = watch::channel(true);
         let state = Arc::new(RwLock::new(State::default()));
+        let (start, open_claims) = match &settings.cluster {
+            None => {
+                let (recovered, claims) =
+                    recover_claiming_again(&log, &settings.address, &cluster_id).await?;
+                (Start::Lead(Box::new(recovered)), claims)
+            }
+            Some(cluster) => {
+                let start = cluster::start(&log, &settings, cluster, &cluster_id, &state).await?;
+                (start, 1)
+            }
+        };
+        let (durable_tx, durable_rx) = watch::channel(0);
+        let (available_tx, available_rx) = watch::channel(true);
+        let (role_tx, role_rx) = watch::channel(Role::Follower { epoch: 0 });
+        let records = crate::link::durable_channel();
+        let lease_ok = Arc::new(AtomicBool::new(true));
         let (commands_tx, commands_rx) = mpsc::channel(4096);
         let mut writer = Writer {
             log,
             settings,
             working: State::default(),
             state: state.clone(),
-            durable_tx,
-            available_tx,
+            durable_tx: Arc::new(durable_tx),
+            available_tx: Arc::new(available_tx),
+            role_tx,
+            lease_ok: lease_ok.clone(),
+            records: records.clone(),
             cluster_id,
             fence: FenceSlots::default(),
             snapshots: SnapshotTrigger::new(),
         };
-        let position = writer.install(recovered);
-        tokio::spawn(writer.run(commands_rx, position));
+        let next = match start {
+            Start::Lead(recovered) => Next::Lead(writer.install(*recovered)),
+            Start::Follow(replica) => Next::Follow(replica),
+        };
+        tokio::spawn(writer.run(commands_rx, next));
         Ok(Self {
             commands: commands_tx,
             state,
             durable_seq: durable_rx,
             available: available_rx,
+            role: role_rx,
+            lease_ok,
+            records,
             open_claims,
         })
     }
@@ -185,12 +267,65 @@ impl ControlPlane {
         entry: Entry,
     ) -> Result<impl std::future::Future<Output = Result<EntryResult, ControlError>>, ControlError>
     {
+        let response = self.send(entry, false).await?;
+        Ok(async move { response.await.map(|(result, _)| result) })
+    }
+
+    async fn send(&self, entry: Entry, forwarded: bool) -> Result<Forwarded, ControlError> {
         let (reply, response) = oneshot::channel();
         self.commands
-            .send(Command::Submit { entry, reply })
+            .send(Command::Submit {
+                entry,
+                reply,
+                forwarded,
+            })
             .await
             .map_err(|_| ControlError::ShuttingDown)?;
-        Ok(async move { response.await.map_err(|_| ControlError::ShuttingDown)? })
+        Ok(Box::pin(async move {
+            response.await.map_err(|_| ControlError::ShuttingDown)?
+        }))
+    }
+
+    /// The leader's side of a follower's write (RFC 0002 §4): sequenced behind everything
+    /// enqueued before it, answered with its slot once durable. Refused unless this control
+    /// plane leads.
+    pub async fn accept_forwarded(&self, entry: Entry) -> Result<Forwarded, ControlError> {
+        if !self.leader_status().available {
+            return Err(not_leader());
+        }
+        self.send(entry, true).await
+    }
+
+    /// The leader's durable position, for a follower's barrier; refused unless it leads.
+    pub fn leader_barrier(&self) -> Result<u64, ControlError> {
+        let status = self.leader_status();
+        if !status.available {
+            return Err(not_leader());
+        }
+        Ok(status.durable)
+    }
+
+    /// Whether this control plane leads and can write now, its epoch and durable position.
+    pub fn leader_status(&self) -> LeaderStatus {
+        let (epoch, leads) = match *self.role.borrow() {
+            Role::Leader { epoch } => (epoch, true),
+            Role::Follower { epoch } => (epoch, false),
+        };
+        LeaderStatus {
+            epoch,
+            available: leads && *self.available.borrow() && self.lease_ok.load(Ordering::Relaxed),
+            durable: *self.durable_seq.borrow(),
+        }
+    }
+
+    /// The slots this control plane makes durable as the leader, from now on.
+    pub fn durable_records(&self) -> broadcast::Receiver<DurableRecord> {
+        self.records.subscribe()
+    }
+
+    /// Leader or follower, and of which epoch.
+    pub fn role(&self) -> watch::Receiver<Role> {
+        self.role.clone()
     }
 
     /// Reserves a place in the sequencing queue, so that the caller can then sequence an entry
@@ -273,8 +408,17 @@ impl Reservation<'_> {
         entry: Entry,
     ) -> impl std::future::Future<Output = Result<EntryResult, ControlError>> {
         let (reply, response) = oneshot::channel();
-        self.permit.send(Command::Submit { entry, reply });
-        async move { response.await.map_err(|_| ControlError::ShuttingDown)? }
+        self.permit.send(Command::Submit {
+            entry,
+            reply,
+            forwarded: false,
+        });
+        async move {
+            response
+                .await
+                .map_err(|_| ControlError::ShuttingDown)?
+                .map(|(result, _)| result)
+        }
     }
 }
 
@@ -304,6 +448,10 @@ async fn recover_claiming_again(
     }
 }
 
+fn not_leader() -> ControlError {
+    ControlError::Unavailable("not the control-plane leader".into())
+}
+
 fn unexpected(result: EntryResult) -> ControlError {
     ControlError::Unavailable(format!("unexpected result {result:?}"))
 }
@@ -323,10 +471,7 @@ struct PendingSlot {
     entries: Vec<Entry>,
     /// The slot's size, counted towards `snapshot_max_log_bytes`.
     bytes: u64,
-    waiters: Vec<(
-        oneshot::Sender<Result<EntryResult, ControlError>>,
-        EntryResult,
-    )>,
+    waiters: Vec<(Reply, EntryResult)>,
 }
 
 struct Writer {
@@ -336,8 +481,13 @@ struct Writer {
     working: State,
     /// The state with every durable entry applied: what readers see.
     state: Arc<RwLock<State>>,
-    durable_tx: watch::Sender<u64>,
-    available_tx: watch::Sender<bool>,
+    /// The last durable slot (the readable state's position, less one).
+    durable_tx: Arc<watch::Sender<u64>>,
+    available_tx: Arc<watch::Sender<bool>>,
+    role_tx: watch::Sender<Role>,
+    lease_ok: Arc<AtomicBool>,
+    /// Durable slots, published to followers.
+    records: broadcast::Sender<DurableRecord>,
     cluster_id: String,
     /// The slots log GC must keep: recovery's fence (only recovery writes `NewEpoch`).
     fence: FenceSlots,
@@ -347,6 +497,18 @@ struct Writer {
 struct WriterPosition {
     epoch: u64,
     next_seq: u64,
+}
+
+/// How a control plane starts: leading from its recovery, or following from its replica.
+enum Start {
+    Lead(Box<Recovered>),
+    Follow(Replica),
+}
+
+/// What the writer task does next.
+enum Next {
+    Lead(WriterPosition),
+    Follow(Replica),
 }
 
 impl Writer {
@@ -361,74 +523,51 @@ impl Writer {
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
         self.available_tx.send_replace(true);
+        self.role_tx.send_replace(Role::Leader {
+            epoch: recovered.epoch,
+        });
         self.log.prewarm_from(recovered.next_seq);
         position
     }
 
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut position: WriterPosition) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut next: Next) {
         loop {
-            match self.serve(&mut commands, &mut position).await {
-                Ok(()) => break,
-                Err(err) => {
-                    error!(error = %err, "metadata log writer failed, recovering");
-                    match self.recover_until_ok(&mut commands).await {
-                        Some(recovered) => position = recovered,
-                        None => break,
-                    }
-                }
-            }
-        }
-        self.log.close_window();
-    }
-
-    /// Retries recovery with backoff until it succeeds, or until shutdown (`None`).
-    ///
-    /// Commands that arrive during an attempt wait for it (a transient failure costs them a
-    /// short delay), but once an attempt has failed the log is unavailable for as long as its
-    /// store is (a full disk, a bucket outage): between attempts every queued or arriving entry
-    /// fails at once with `Unavailable`, a retriable error for its client, instead of waiting
-    /// without bound, and a shutdown request ends the writer (nothing can be written anyway).
-    async fn recover_until_ok(
-        &mut self,
-        commands: &mut mpsc::Receiver<Command>,
-    ) -> Option<WriterPosition> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
-        let mut rng = fastrand::Rng::with_seed(backoff.attempts().into());
-        loop {
-            match self
-                .log
-                .recover(&self.settings.address, &self.cluster_id)
-                .await
-            {
-                Ok(recovered) => return Some(self.install(recovered)),
-                Err(err) => {
-                    warn!(error = %err, "control plane recovery failed, retrying");
-                    let reason = format!("metadata log unavailable: {err}");
-                    let pause = tokio::time::sleep(backoff.next_delay(&mut rng));
-                    tokio::pin!(pause);
-                    loop {
-                        tokio::select! {
-                            biased;
-                            _ = &mut pause => break,
-                            command = commands.recv() => match command {
-                                Some(Command::Submit { reply, .. }) => {
-                                    let _ = reply.send(Err(ControlError::Unavailable(
-                                        reason.clone(),
-                                    )));
-                                }
-                                Some(Command::Shutdown { done }) => {
-                                    warn!("shutting down with the metadata log unavailable");
-                                    commands.close();
-                                    let _ = done.send(());
-                                    return None;
-                                }
-                                None => return None,
-                            },
+            next = match next {
+                Next::Lead(mut position) => {
+                    let lease = self.settings.cluster.as_ref().map(|cluster| {
+                        LeaseTask::start(
+                            &self.log,
+                            &self.settings.address,
+                            cluster,
+                            position.epoch,
+                            self.lease_ok.clone(),
+                        )
+                    });
+                    let served = self.serve(&mut commands, &mut position).await;
+                    match served {
+                        Ok(()) => {
+                            if let Some(lease) = lease {
+                                lease.release().await;
+                            }
+                            break;
+                        }
+                        Err(err) => {
+                            drop(lease);
+                            error!(error = %err, "metadata log writer failed, recovering");
+                            match self.after_failure(&mut commands, &position, &err).await {
+                                Some(next) => next,
+                                None => break,
+                            }
                         }
                     }
                 }
+                Next::Follow(replica) => match self.follow(&mut commands, replica).await {
+                    Some(position) => Next::Lead(position),
+                    None => break,
+                },
             }
         }
+        self.log.close_window();
     }
 
     /// Serves commands until shutdown (`Ok`) or a log failure that requires recovery (`Err`).
@@ -465,7 +604,7 @@ impl Writer {
                     let mut command = Some(command);
                     while let Some(next) = command.take() {
                         match next {
-                            Command::Submit { entry, reply } => batch.push((entry, reply)),
+                            Command::Submit { entry, reply, .. } => batch.push((entry, reply)),
                             Command::Shutdown { done } => { shutdown = Some(done); break; }
                         }
                         if batch.len() >= self.settings.max_entries_per_slot { break; }
@@ -506,7 +645,7 @@ impl Writer {
     /// (an error when it does not fit an envelope, see [`LogStore::encode_record`]).
     fn seal(
         &mut self,
-        batch: Vec<(Entry, oneshot::Sender<Result<EntryResult, ControlError>>)>,
+        batch: Vec<(Entry, Reply)>,
         position: &mut WriterPosition,
     ) -> (PendingSlot, Result<Bytes, LogError>) {
         let seq = position.next_seq;
@@ -545,8 +684,14 @@ impl Writer {
         };
         self.durable_tx.send_replace(slot.seq);
         for (reply, result) in slot.waiters {
-            let _ = reply.send(Ok(result));
+            let _ = reply.send(Ok((result, slot.seq)));
         }
+        // No follower listening is no error.
+        let _ = self.records.send(DurableRecord {
+            seq: slot.seq,
+            epoch,
+            entries: Arc::new(slot.entries),
+        });
         if let Some((claim, state)) = snapshot {
             let job = SnapshotJob {
                 log: self.log.clone(),

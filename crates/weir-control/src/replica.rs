@@ -8,9 +8,14 @@
 //! always the state after a prefix of the log that any later replay reads the same way (CTL-2):
 //! it never shows what the log does not hold.
 //!
-//! Not yet used by the agent: the cluster (issue 14) wires it to the leader's stream.
+//! The state sits behind a lock shared with the control plane's readers: a follower's readers
+//! read its replica, and a follower that takes over starts from it (a clone, the new leader's
+//! working state) instead of replaying the whole log.
 
-use crate::log::{LogError, LogRecord, LogStore, Replayed};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use crate::entry::Entry;
+use crate::log::{opens_epoch, FenceSlots, LogError, LogStore, Replayed};
 use crate::state::State;
 
 /// What [`Replica::offer`] did with a record.
@@ -30,25 +35,65 @@ pub enum Offered {
 /// A state that follows the durable log.
 #[derive(Debug, Clone)]
 pub struct Replica {
-    state: State,
+    state: Arc<RwLock<State>>,
     next_seq: u64,
     /// The highest writer epoch among applied records.
     log_epoch: u64,
+    /// The live `NewEpoch` slots (log GC's fence), as replay keeps them.
+    fence: FenceSlots,
+    /// Slots applied or skipped since the snapshot the replica started from (at most: the
+    /// leader may have written snapshots since), so a new leader snapshots on time.
+    slots_after_snapshot: u64,
 }
 
 impl Replica {
     /// The replica of what `replayed` found (a starting agent's replay).
     pub fn new(replayed: Replayed) -> Replica {
+        Replica::resume(Arc::new(RwLock::new(State::default())), replayed)
+    }
+
+    /// The replica of what `replayed` found, in `shared` (whatever it held is replaced).
+    pub fn resume(shared: Arc<RwLock<State>>, replayed: Replayed) -> Replica {
+        let mut replica = Replica {
+            state: shared,
+            next_seq: 0,
+            log_epoch: 0,
+            fence: FenceSlots::default(),
+            slots_after_snapshot: 0,
+        };
+        replica.restart(replayed);
+        replica
+    }
+
+    /// A leader's readable state becoming a replica (a deposed leader follows): `shared` holds
+    /// every slot before `next_seq` and none after.
+    pub(crate) fn of_leader(
+        shared: Arc<RwLock<State>>,
+        next_seq: u64,
+        log_epoch: u64,
+        fence: FenceSlots,
+        slots_after_snapshot: u64,
+    ) -> Replica {
         Replica {
-            state: replayed.state,
-            next_seq: replayed.gap,
-            log_epoch: replayed.log_epoch,
+            state: shared,
+            next_seq,
+            log_epoch,
+            fence,
+            slots_after_snapshot,
         }
     }
 
-    /// The state after slots `..self.next_seq()`.
-    pub fn state(&self) -> &State {
-        &self.state
+    fn restart(&mut self, replayed: Replayed) {
+        *self.state.write().unwrap_or_else(|p| p.into_inner()) = replayed.state;
+        self.next_seq = replayed.gap;
+        self.log_epoch = replayed.log_epoch;
+        self.fence = replayed.fence;
+        self.slots_after_snapshot = replayed.replayed + replayed.dead;
+    }
+
+    /// The state after slots `..self.next_seq()`. Never hold it across an await.
+    pub fn state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The next slot to apply: every slot before it is applied (or dead).
@@ -62,7 +107,7 @@ impl Replica {
     }
 
     /// Takes durable record `seq`, written by `epoch`: applied only if it is the next slot.
-    pub fn offer(&mut self, seq: u64, epoch: u64, record: &LogRecord) -> Offered {
+    pub fn offer(&mut self, seq: u64, epoch: u64, entries: &[Entry]) -> Offered {
         if seq < self.next_seq {
             return Offered::Behind;
         }
@@ -72,12 +117,17 @@ impl Replica {
             };
         }
         self.next_seq += 1;
+        self.slots_after_snapshot += 1;
         if epoch < self.log_epoch {
             return Offered::Dead;
         }
         self.log_epoch = epoch;
-        for entry in &record.entries {
-            self.state.apply_durable(entry);
+        if opens_epoch(entries) {
+            self.fence.record(seq);
+        }
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        for entry in entries {
+            state.apply_durable(entry);
         }
         Offered::Applied
     }
@@ -95,15 +145,29 @@ impl Replica {
         let start = self.next_seq;
         while let Some((epoch, record)) = log.read_record(self.next_seq).await? {
             let seq = self.next_seq;
-            self.offer(seq, epoch, &record);
+            self.offer(seq, epoch, &record.entries);
         }
         if durable.is_some_and(|durable| durable >= self.next_seq) {
             let replayed = log.replay().await?;
             if replayed.gap > self.next_seq {
-                *self = Replica::new(replayed);
+                self.restart(replayed);
             }
         }
-        Ok(self.next_seq - start)
+        Ok(self.next_seq.saturating_sub(start))
+    }
+
+    /// What a replay up to the replica's position would have found: where a follower that
+    /// takes over starts (its working state is a copy).
+    pub(crate) fn as_replayed(&self) -> Replayed {
+        Replayed {
+            state: self.state().clone(),
+            snapshot_seq: None,
+            replayed: self.slots_after_snapshot,
+            dead: 0,
+            gap: self.next_seq,
+            log_epoch: self.log_epoch,
+            fence: self.fence.clone(),
+        }
     }
 }
 

@@ -86,7 +86,7 @@ impl FenceSlots {
     }
 
     /// Records the slot of a live `NewEpoch` record.
-    pub(super) fn record(&mut self, seq: u64) {
+    pub(crate) fn record(&mut self, seq: u64) {
         self.slots.insert(seq);
     }
 
@@ -109,7 +109,7 @@ impl FenceSlots {
 }
 
 /// `true` for a record that opens an epoch: a fence slot.
-pub(super) fn opens_epoch(entries: &[Entry]) -> bool {
+pub(crate) fn opens_epoch(entries: &[Entry]) -> bool {
     matches!(entries.first(), Some(Entry::NewEpoch { .. }))
 }
 

@@ -110,7 +110,7 @@ fn new_epoch(epoch: u64) -> Entry {
 async fn test_log_recover_fails_when_a_later_epoch_wrote_first() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let a = LogStore::new(store.clone(), 1);
-    let claimed = a.claim_epoch("a").await.unwrap();
+    let claimed = a.claim_epoch("a", None).await.unwrap();
     let b = LogStore::new(store.clone(), 1);
     let b_recovered = b.recover("b", "cluster").await.unwrap();
     assert_eq!((claimed, b_recovered.epoch), (1, 2));
@@ -431,7 +431,7 @@ async fn test_log_claim_epoch_retries_a_conflict_on_an_absent_epoch() {
     let inner = Arc::new(InMemory::new());
     let race = RaceStore::new(inner.clone(), None).phantom_conflicts(keys::meta_epoch(1), 1);
     let log = LogStore::new(Arc::new(race), 2);
-    assert_eq!(log.claim_epoch("a").await.unwrap(), 1);
+    assert_eq!(log.claim_epoch("a", None).await.unwrap(), 1);
     assert!(inner.head(&keys::meta_epoch(1)).await.is_ok());
 }
 

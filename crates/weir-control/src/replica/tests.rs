@@ -6,6 +6,7 @@ use object_store::ObjectStore;
 
 use super::*;
 use crate::entry::Entry;
+use crate::log::LogRecord;
 use crate::plane::{ControlPlane, ControlPlaneSettings};
 
 fn create(name: &str, id: u8) -> Entry {
@@ -30,7 +31,7 @@ async fn test_replica_catches_up_to_what_the_leader_shows() {
         .unwrap();
     let log = LogStore::new(store.clone(), 1);
     let mut replica = Replica::new(log.replay().await.unwrap());
-    assert_eq!(json(replica.state()), control.read(json));
+    assert_eq!(json(&replica.state()), control.read(json));
     let topic = control
         .create_topic("t", 1, BTreeMap::new(), 2)
         .await
@@ -49,8 +50,8 @@ async fn test_replica_catches_up_to_what_the_leader_shows() {
     }
     let took = replica.catch_up(&log, None).await.unwrap();
     assert_eq!(took, 6, "the topic and five commits");
-    assert_eq!(json(replica.state()), control.read(json));
-    let p = &replica.state().topic("t").unwrap().partitions[0];
+    assert_eq!(json(&replica.state()), control.read(json));
+    let p = replica.state().topic("t").unwrap().partitions[0].clone();
     assert_eq!(
         (p.high_watermark, p.stable_high_watermark),
         (15, 15),
@@ -67,12 +68,8 @@ async fn test_replica_catches_up_to_what_the_leader_shows() {
 /// as slots but change nothing; a resent record changes nothing.
 #[test]
 fn test_replica_offer_applies_in_order_and_skips_dead_records() {
-    let mut replica = Replica {
-        state: State::default(),
-        next_seq: 3,
-        log_epoch: 2,
-    };
-    let record = |name: &str, id| LogRecord::new(vec![create(name, id)]);
+    let mut replica = Replica::of_leader(Arc::default(), 3, 2, Default::default(), 0);
+    let record = |name: &str, id| vec![create(name, id)];
     assert_eq!(
         replica.offer(4, 2, &record("early", 1)),
         Offered::Gap { next: 3 }
@@ -117,7 +114,7 @@ async fn test_replica_never_passes_a_hole_and_agrees_with_replay_after_a_takeove
     replica.catch_up(&new, None).await.unwrap();
     let fresh = LogStore::new(store, 1).replay().await.unwrap();
     assert_eq!(replica.next_seq(), fresh.gap);
-    assert_eq!(json(replica.state()), json(&fresh.state));
+    assert_eq!(json(&replica.state()), json(&fresh.state));
     assert!(replica.state().topic("live").is_some());
     assert!(replica.state().topic("dead2").is_none() && replica.state().topic("dead4").is_none());
 }
@@ -164,5 +161,5 @@ async fn test_replica_behind_collected_slots_restarts_from_the_snapshot() {
         "{} after {durable}",
         replica.next_seq()
     );
-    assert_eq!(json(replica.state()), control.read(json));
+    assert_eq!(json(&replica.state()), control.read(json));
 }

@@ -1,0 +1,405 @@
+//! A cluster member's control plane (RFC 0002 §2–4): how it starts, the leader's lease, and
+//! the follower: its replica fed by the leader's durable records (and the bucket when the
+//! stream missed some), its writes forwarded to the leader, and its watch on the lease that
+//! decides when it takes over.
+
+use std::time::Instant;
+
+use futures::stream::BoxStream;
+use tokio::sync::Mutex;
+use tokio::time::MissedTickBehavior;
+use tracing::debug;
+
+use super::*;
+use crate::leadership::{
+    at_start, may_take_over, read_lease, AtStart, Candidate, Lease, LeaseKeeper, LeaseState,
+    LeaseWatch,
+};
+use crate::link::LeaderConn;
+use crate::replica::Offered;
+
+/// Now on the runtime's monotonic clock (the simulator's paused clock in simulations).
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// How a member starts (RFC 0002 §2 "Start"): it replays the log into its replica, reads the
+/// highest epoch's lease twice a renewal apart, and leads only when nobody holds it.
+pub(super) async fn start(
+    log: &LogStore,
+    settings: &ControlPlaneSettings,
+    cluster: &ClusterSettings,
+    cluster_id: &str,
+    state: &Arc<RwLock<State>>,
+) -> Result<Start, LogError> {
+    let mut replica = Replica::resume(state.clone(), log.replay().await?);
+    let highest = log.highest_epoch().await?.max(replica.log_epoch());
+    let me = Candidate {
+        node_id: cluster.node_id,
+        incarnation: &cluster.incarnation,
+    };
+    let first = read_lease(log.store().as_ref(), highest).await?;
+    tokio::time::sleep(cluster.lease_renew).await;
+    let second = read_lease(log.store().as_ref(), highest).await?;
+    match at_start(first.as_ref(), second.as_ref(), me) {
+        AtStart::Lead => {
+            let recovered = log
+                .recover_after(highest, &settings.address, cluster_id, Some(&mut replica))
+                .await;
+            match recovered {
+                Ok(recovered) => Ok(Start::Lead(Box::new(recovered))),
+                Err(err @ (LogError::EpochTaken(_) | LogError::SlotLost { .. })) => {
+                    info!(error = %err, "another agent took over as we started; following it");
+                    Ok(Start::Follow(replica))
+                }
+                Err(err) => Err(err),
+            }
+        }
+        AtStart::Follow | AtStart::Watch => {
+            info!(epoch = highest, "a leader holds the lease; following it");
+            Ok(Start::Follow(replica))
+        }
+        AtStart::DuplicateNodeId { address } => Err(LogError::DuplicateNodeId {
+            node_id: cluster.node_id,
+            address,
+        }),
+    }
+}
+
+/// The leader's lease, renewed in the background until dropped or released.
+pub(super) struct LeaseTask {
+    keeper: Arc<Mutex<LeaseKeeper>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseTask {
+    pub(super) fn start(
+        log: &LogStore,
+        address: &str,
+        cluster: &ClusterSettings,
+        epoch: u64,
+        renewed: Arc<AtomicBool>,
+    ) -> LeaseTask {
+        let keeper = Arc::new(Mutex::new(LeaseKeeper::new(
+            log.store().clone(),
+            epoch,
+            cluster.node_id,
+            &cluster.incarnation,
+            address,
+        )));
+        let renew = cluster.lease_renew;
+        let task = tokio::spawn({
+            let keeper = keeper.clone();
+            async move {
+                loop {
+                    let result = keeper.lock().await.renew().await;
+                    // A leader that cannot renew is cut off from its bucket: it stops answering
+                    // followers as healthy, so one of them takes over once the lease times out.
+                    renewed.store(result.is_ok(), Ordering::Relaxed);
+                    if let Err(err) = result {
+                        warn!(epoch, error = %err, "could not renew the leader's lease");
+                    }
+                    tokio::time::sleep(renew).await;
+                }
+            }
+        });
+        LeaseTask { keeper, task }
+    }
+
+    /// A clean shutdown: followers take over without waiting for the lease to time out.
+    pub(super) async fn release(self) {
+        self.task.abort();
+        if let Err(err) = self.keeper.lock().await.release().await {
+            warn!(error = %err, "could not release the leader's lease");
+        }
+    }
+}
+
+impl Drop for LeaseTask {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A follower's view of the leader.
+struct Following {
+    cluster: ClusterSettings,
+    /// The lease of the highest epoch known.
+    watch: LeaseWatch,
+    conn: Option<Arc<dyn LeaderConn>>,
+    records: Option<BoxStream<'static, DurableRecord>>,
+}
+
+impl Following {
+    fn disconnect(&mut self) {
+        self.conn = None;
+        self.records = None;
+    }
+
+    /// Watches a newer epoch's lease (and its leader) from now.
+    fn watch_epoch(&mut self, epoch: u64) {
+        self.watch = LeaseWatch::new(epoch, self.cluster.lease_timeout, now());
+        self.disconnect();
+    }
+}
+
+/// The next record of the leader's stream, or pending forever without one.
+async fn next_record(
+    records: &mut Option<BoxStream<'static, DurableRecord>>,
+) -> Option<DurableRecord> {
+    match records {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Writer {
+    /// Follows the leader until shutdown (`None`) or until it takes over (the position it
+    /// leads from).
+    pub(super) async fn follow(
+        &mut self,
+        commands: &mut mpsc::Receiver<Command>,
+        mut replica: Replica,
+    ) -> Option<WriterPosition> {
+        let cluster = self.settings.cluster.clone()?;
+        let mut following = Following {
+            watch: LeaseWatch::new(replica.log_epoch(), cluster.lease_timeout, now()),
+            cluster,
+            conn: None,
+            records: None,
+        };
+        self.role_tx.send_replace(Role::Follower {
+            epoch: replica.log_epoch(),
+        });
+        self.publish(&replica);
+        let mut tick = tokio::time::interval(following.cluster.lease_renew);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                command = commands.recv() => match command {
+                    None => return None,
+                    Some(Command::Shutdown { done }) => {
+                        commands.close();
+                        let _ = done.send(());
+                        return None;
+                    }
+                    Some(Command::Submit { reply, forwarded: true, .. }) => {
+                        let _ = reply.send(Err(not_leader()));
+                    }
+                    Some(Command::Submit { entry, reply, .. }) => {
+                        self.forward(&mut following, entry, reply).await;
+                    }
+                },
+                record = next_record(&mut following.records) => match record {
+                    Some(record) => self.take_record(&mut replica, record).await,
+                    None => following.disconnect(),
+                },
+                _ = tick.tick() => {
+                    if let Some(position) = self.follower_tick(&mut following, &mut replica).await {
+                        return Some(position);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The replica's position, for readers waiting on new slots and forwarded writes waiting
+    /// for theirs.
+    fn publish(&self, replica: &Replica) {
+        self.durable_tx
+            .send_replace(replica.next_seq().saturating_sub(1));
+    }
+
+    /// Applies a durable record from the leader's stream; slots the stream skipped come from
+    /// the bucket first.
+    async fn take_record(&mut self, replica: &mut Replica, record: DurableRecord) {
+        if let Offered::Gap { .. } = replica.offer(record.seq, record.epoch, &record.entries) {
+            if let Err(err) = replica.catch_up(&self.log, Some(record.seq)).await {
+                warn!(error = %err, "follower could not read the metadata log");
+            }
+            replica.offer(record.seq, record.epoch, &record.entries);
+        }
+        self.publish(replica);
+    }
+
+    /// Sends a write to the leader on this agent's stream and answers it once the replica
+    /// holds its slot. Any failure is retriable for the caller, and makes the control plane
+    /// unavailable until a barrier on the leader is applied here: the entry's fate is unknown,
+    /// so a caller that keeps a chain (the committer) must read the chain's tip again.
+    async fn forward(&mut self, following: &mut Following, entry: Entry, reply: Reply) {
+        let sent = match &following.conn {
+            Some(conn) => conn.send(entry).await,
+            None => Err(ControlError::Unavailable(
+                "no control-plane leader is reachable".into(),
+            )),
+        };
+        let result = match sent {
+            Ok(result) => result,
+            Err(err) => {
+                self.available_tx.send_replace(false);
+                following.disconnect();
+                let _ = reply.send(Err(err));
+                return;
+            }
+        };
+        let available = self.available_tx.clone();
+        let mut durable = self.durable_tx.subscribe();
+        let timeout = following.cluster.forward_timeout;
+        tokio::spawn(async move {
+            let answer = tokio::time::timeout(timeout, async {
+                let (result, seq) = result.await?;
+                durable
+                    .wait_for(|durable| *durable >= seq)
+                    .await
+                    .map_err(|_| ControlError::ShuttingDown)?;
+                Ok((result, seq))
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(ControlError::Unavailable(format!(
+                    "the control-plane leader did not answer within {timeout:?}"
+                )))
+            });
+            if answer.is_err() {
+                available.send_replace(false);
+            }
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// Once per lease renewal: catch up from the bucket, follow newer epochs, (re)connect to
+    /// the leader, restore availability after a barrier, and take over when the lease rule
+    /// says the leader stopped (the position it then leads from).
+    async fn follower_tick(
+        &mut self,
+        following: &mut Following,
+        replica: &mut Replica,
+    ) -> Option<WriterPosition> {
+        if let Err(err) = replica.catch_up(&self.log, None).await {
+            warn!(error = %err, "follower could not read the metadata log");
+        }
+        self.publish(replica);
+        if replica.log_epoch() > following.watch.epoch() {
+            following.watch_epoch(replica.log_epoch());
+        }
+        self.role_tx.send_replace(Role::Follower {
+            epoch: following.watch.epoch(),
+        });
+        let lease = match read_lease(self.log.store().as_ref(), following.watch.epoch()).await {
+            Ok(lease) => lease,
+            Err(err) => {
+                warn!(error = %err, "follower could not read the leader's lease");
+                return None;
+            }
+        };
+        let state = following.watch.observe(lease.as_ref(), now());
+        if following.conn.is_none() {
+            self.connect(following, lease.as_ref()).await;
+        }
+        if !*self.available_tx.borrow() {
+            self.restore_availability(following, replica).await;
+        }
+        if matches!(state, LeaseState::Held { .. }) {
+            return None;
+        }
+        let highest = match self.log.highest_epoch().await {
+            Ok(highest) => highest,
+            Err(err) => {
+                warn!(error = %err, "follower could not list epochs");
+                return None;
+            }
+        };
+        if highest > following.watch.epoch() {
+            following.watch_epoch(highest);
+            return None;
+        }
+        let answers = match &following.conn {
+            Some(conn) => conn
+                .status()
+                .await
+                .is_ok_and(|status| status.available && status.epoch >= following.watch.epoch()),
+            None => false,
+        };
+        let me = Candidate {
+            node_id: following.cluster.node_id,
+            incarnation: &following.cluster.incarnation,
+        };
+        if !may_take_over(&state, &following.watch, highest, answers, me) {
+            return None;
+        }
+        let epoch = following.watch.epoch();
+        info!(epoch, ?state, "the leader stopped; taking over");
+        let recovered = self
+            .log
+            .recover_after(
+                epoch,
+                &self.settings.address,
+                &self.cluster_id,
+                Some(replica),
+            )
+            .await;
+        match recovered {
+            Ok(recovered) => Some(self.install(recovered)),
+            Err(err) => {
+                warn!(epoch, error = %err, "could not take over; following on");
+                self.publish(replica);
+                None
+            }
+        }
+    }
+
+    /// Connects to the leader of the watched epoch (its address from the lease, or from the
+    /// epoch object before its first lease) and subscribes to its records.
+    async fn connect(&self, following: &mut Following, lease: Option<&Lease>) {
+        let address = match lease {
+            Some(lease) => Some(lease.address.clone()),
+            None => self
+                .log
+                .epoch_address(following.watch.epoch())
+                .await
+                .ok()
+                .flatten(),
+        };
+        let Some(address) = address.filter(|a| !a.is_empty() && *a != self.settings.address) else {
+            return;
+        };
+        match following.cluster.link.connect(&address) {
+            Ok(conn) => {
+                match conn.records().await {
+                    Ok(records) => following.records = Some(records),
+                    Err(err) => debug!(%address, error = %err, "no record stream from the leader"),
+                }
+                following.conn = Some(conn);
+            }
+            Err(err) => debug!(%address, error = %err, "leader unreachable"),
+        }
+    }
+
+    /// After a failed forward: available again once a barrier on the leader is applied here.
+    async fn restore_availability(&mut self, following: &mut Following, replica: &mut Replica) {
+        let Some(conn) = &following.conn else {
+            return;
+        };
+        let barrier = match conn.barrier().await {
+            Ok(barrier) => barrier,
+            Err(err) => {
+                debug!(error = %err, "barrier failed");
+                following.disconnect();
+                return;
+            }
+        };
+        if replica.next_seq() <= barrier {
+            if let Err(err) = replica.catch_up(&self.log, Some(barrier)).await {
+                warn!(error = %err, "follower could not read the metadata log");
+            }
+            self.publish(replica);
+        }
+        if replica.next_seq() > barrier {
+            self.available_tx.send_replace(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
