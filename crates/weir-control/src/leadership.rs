@@ -221,26 +221,37 @@ pub fn may_take_over(
     }
 }
 
-/// What a starting agent does, from two reads of the highest epoch's lease one renewal interval
-/// apart (RFC 0002 §2 "Start").
+/// What a starting agent does, from two reads of the highest epoch's lease (`highest`, 0 when
+/// no epoch was ever claimed) taken a while apart (RFC 0002 §2 "Start").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AtStart {
     /// The counter moved: a live leader holds it.
     Follow,
-    /// No lease, a released one, or one that did not move and names this node (its previous
-    /// incarnation, killed): recover and lead, as a single agent always did. A lease of another
-    /// node that did not move is not enough: the watch decides after the timeout.
+    /// A new cluster, a released lease, or one that did not move and names this node (its
+    /// previous incarnation, killed): recover and lead, as a single agent always did. A lease
+    /// of another node that did not move is not enough: the watch decides after the timeout.
     Lead,
-    /// A lease of another node that did not move between the reads: watch it for the timeout.
+    /// A lease of another node that did not move between the reads, or none for an epoch that
+    /// exists (its leader may still be recovering, or the log is from before clusters): watch it
+    /// for the timeout.
     Watch,
     /// The lease moved and names this node id under another incarnation: another live agent
     /// has this node id.
     DuplicateNodeId { address: String },
 }
 
-pub fn at_start(first: Option<&Lease>, second: Option<&Lease>, me: Candidate<'_>) -> AtStart {
+pub fn at_start(
+    highest: u64,
+    first: Option<&Lease>,
+    second: Option<&Lease>,
+    me: Candidate<'_>,
+) -> AtStart {
     let Some(second) = second else {
-        return AtStart::Lead;
+        return if highest == 0 {
+            AtStart::Lead
+        } else {
+            AtStart::Watch
+        };
     };
     if second.released {
         return AtStart::Lead;

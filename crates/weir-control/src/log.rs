@@ -146,6 +146,9 @@ pub struct LogStore {
     clock: Arc<dyn Clock>,
     /// Body bytes per snapshot chunk (tests use tiny chunks to cover many).
     snapshot_chunk_bytes: usize,
+    /// The highest epoch this process claimed (shared by clones): a claim of ours whose
+    /// take-over failed is no later leader's.
+    claimed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The durable state as replay finds it.
@@ -193,6 +196,7 @@ impl LogStore {
             write_attempts: write_attempts.max(1),
             clock: Arc::new(SystemClock),
             snapshot_chunk_bytes: MAX_SNAPSHOT_CHUNK_BYTES,
+            claimed: Arc::default(),
         }
     }
 
@@ -457,11 +461,14 @@ impl LogStore {
     /// Claims the next epoch create-only; losing the race means another control plane is active.
     /// A conflict while the epoch object stays absent is retried (see [`Self::create`]).
     ///
-    /// With `known`, claims only when no epoch above it exists: a cluster member claims the
-    /// epoch after the one whose leader it saw stop (RFC 0002 §2), never past a newer leader.
+    /// With `known`, claims only when no epoch above it exists, other than one this process
+    /// claimed itself: a cluster member claims the epoch after the one whose leader it saw
+    /// stop (RFC 0002 §2), never past a newer leader.
     async fn claim_epoch(&self, address: &str, known: Option<u64>) -> Result<u64, LogError> {
+        use std::sync::atomic::Ordering;
         let highest = self.highest_epoch().await?;
-        if known.is_some_and(|known| highest > known) {
+        let ours = self.claimed.load(Ordering::SeqCst);
+        if known.is_some_and(|known| highest > known.max(ours)) {
             return Err(LogError::EpochTaken(highest));
         }
         let epoch = highest + 1;
@@ -472,7 +479,10 @@ impl LogStore {
         let bytes = encode_envelope(EnvelopeKind::Epoch, epoch, epoch, &body)
             .expect("an epoch object fits an envelope");
         match self.create(&keys::meta_epoch(epoch), bytes).await? {
-            None => Ok(epoch),
+            None => {
+                self.claimed.fetch_max(epoch, Ordering::SeqCst);
+                Ok(epoch)
+            }
             Some(_) => Err(LogError::EpochTaken(epoch)),
         }
     }

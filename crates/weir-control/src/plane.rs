@@ -12,7 +12,7 @@
 //! the state in memory (see `docs/architecture.md`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -226,6 +226,7 @@ impl ControlPlane {
             durable_tx: Arc::new(durable_tx),
             available_tx: Arc::new(available_tx),
             role_tx,
+            role_changes: Arc::default(),
             lease_ok: lease_ok.clone(),
             records: records.clone(),
             cluster_id,
@@ -485,6 +486,9 @@ struct Writer {
     durable_tx: Arc<watch::Sender<u64>>,
     available_tx: Arc<watch::Sender<bool>>,
     role_tx: watch::Sender<Role>,
+    /// Bumped at every change of role: a forwarded write that fails after the follower it was
+    /// sent from took over must not make the new leader unavailable.
+    role_changes: Arc<AtomicU64>,
     lease_ok: Arc<AtomicBool>,
     /// Durable slots, published to followers.
     records: broadcast::Sender<DurableRecord>,
@@ -522,6 +526,7 @@ impl Writer {
         self.snapshots.restart(recovered.slots_after_snapshot);
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = recovered.state;
         self.durable_tx.send_replace(recovered.next_seq - 1);
+        self.role_changes.fetch_add(1, Ordering::SeqCst);
         self.available_tx.send_replace(true);
         self.role_tx.send_replace(Role::Leader {
             epoch: recovered.epoch,
@@ -534,7 +539,7 @@ impl Writer {
         loop {
             next = match next {
                 Next::Lead(mut position) => {
-                    let lease = self.settings.cluster.as_ref().map(|cluster| {
+                    let mut lease = self.settings.cluster.as_ref().map(|cluster| {
                         LeaseTask::start(
                             &self.log,
                             &self.settings.address,
@@ -543,7 +548,7 @@ impl Writer {
                             self.lease_ok.clone(),
                         )
                     });
-                    let served = self.serve(&mut commands, &mut position).await;
+                    let served = self.serve(&mut commands, &mut position, &mut lease).await;
                     match served {
                         Ok(()) => {
                             if let Some(lease) = lease {
@@ -575,6 +580,7 @@ impl Writer {
         &mut self,
         commands: &mut mpsc::Receiver<Command>,
         position: &mut WriterPosition,
+        lease: &mut Option<LeaseTask>,
     ) -> Result<(), LogError> {
         let mut inflight = FuturesOrdered::new();
         let mut pending: VecDeque<PendingSlot> = VecDeque::new();
@@ -584,6 +590,16 @@ impl Writer {
                 shutdown.is_none() && inflight.len() < self.settings.max_inflight_writes;
             tokio::select! {
                 biased;
+                epoch = cluster::overtaken(lease) => {
+                    // A later epoch was claimed: the log is another leader's, even if we have
+                    // written nothing since (an idle leader would serve a stale state for ever).
+                    self.available_tx.send_replace(false);
+                    let err = LogError::EpochTaken(epoch);
+                    if let Some(slot) = pending.pop_front() {
+                        fail_all(slot, &mut pending, &err);
+                    }
+                    return Err(err);
+                }
                 Some(written) = inflight.next(), if !inflight.is_empty() => {
                     let slot = pending.pop_front().expect("one pending slot per write");
                     if let Err(err) = written {

@@ -137,20 +137,32 @@ impl Replica {
     /// stream) says a slot the bucket no longer has was written, log GC collected it (the
     /// replica was behind the two newest snapshots): the replica starts again from a fresh
     /// replay, which begins at a snapshot past it.
+    ///
+    /// Slots read from the bucket are applied only if no snapshot at or above the first of them
+    /// exists. Log GC deletes slots only below a snapshot, and a deposed writer's late PUT may
+    /// then create a collected slot again with a record that is not the log's (replay never
+    /// reads it: it starts past the snapshot); a replica that far behind starts again from the
+    /// replay instead.
     pub async fn catch_up(
         &mut self,
         log: &LogStore,
         durable: Option<u64>,
     ) -> Result<u64, LogError> {
         let start = self.next_seq;
-        while let Some((epoch, record)) = log.read_record(self.next_seq).await? {
-            let seq = self.next_seq;
-            self.offer(seq, epoch, &record.entries);
+        let mut read = Vec::new();
+        while let Some(record) = log.read_record(start + read.len() as u64).await? {
+            read.push(record);
         }
-        if durable.is_some_and(|durable| durable >= self.next_seq) {
+        let collected = !read.is_empty() && log.snapshot_at_or_above(start).await?;
+        let behind = durable.is_some_and(|durable| durable >= start + read.len() as u64);
+        if collected || behind {
             let replayed = log.replay().await?;
             if replayed.gap > self.next_seq {
                 self.restart(replayed);
+            }
+        } else {
+            for (seq, (epoch, record)) in (start..).zip(read) {
+                self.offer(seq, epoch, &record.entries);
             }
         }
         Ok(self.next_seq.saturating_sub(start))

@@ -16,16 +16,30 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use object_store::path::Path;
+use tokio::time::Instant;
 use weir_storage::keys;
 
 #[derive(Debug, Default)]
 pub(crate) struct LogArchive {
     slots: Mutex<BTreeMap<u64, Bytes>>,
+    /// Leadership as it landed (cluster seeds): each epoch object's claimant and when it
+    /// landed, and each lease write.
+    claims: Mutex<Claims>,
+}
+
+/// Epoch claims and lease writes, in the order they landed.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Claims {
+    /// Epoch → (when its object landed, the claimant's address).
+    pub(crate) epochs: BTreeMap<u64, (Instant, String)>,
+    /// Epoch → every write of its lease: when it landed, the leader's node id, released.
+    pub(crate) leases: BTreeMap<u64, Vec<(Instant, i32, bool)>>,
 }
 
 impl LogArchive {
     /// Notes a PUT of `key` that landed in the metadata bucket (other keys are ignored).
     pub(crate) fn landed(&self, key: &Path, bytes: Bytes, create_only: bool) {
+        self.note_leadership(key, &bytes);
         let Some(seq) = keys::parse_meta_log(key) else {
             return;
         };
@@ -35,6 +49,54 @@ impl LogArchive {
         } else {
             slots.insert(seq, bytes);
         }
+    }
+
+    /// Notes an epoch claim or a lease write that landed.
+    fn note_leadership(&self, key: &Path, bytes: &Bytes) {
+        let mut parts = key.parts();
+        let (Some(meta), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return;
+        };
+        let (Ok(epoch), "meta") = (name.as_ref().parse::<u64>(), meta.as_ref()) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match kind.as_ref() {
+            "epoch" => {
+                let address = weir_format::envelope::decode_envelope(bytes)
+                    .ok()
+                    .and_then(|envelope| {
+                        serde_json::from_slice::<serde_json::Value>(envelope.payload).ok()
+                    })
+                    .and_then(|body| body.get("address")?.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                claims.epochs.entry(epoch).or_insert((now, address));
+            }
+            "lease" => {
+                if let Ok(lease) = serde_json::from_slice::<weir_control::leadership::Lease>(bytes)
+                {
+                    claims.leases.entry(epoch).or_default().push((
+                        now,
+                        lease.node_id,
+                        lease.released,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Epoch claims and lease writes so far.
+    pub(crate) fn claims(&self) -> Claims {
+        self.claims
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// The record slot `seq` holds, or held before GC deleted it.

@@ -559,7 +559,11 @@ impl Auditor {
 /// Structure of the durable log: dense offsets (gaps), each batch once (duplicates), each
 /// idempotent producer's sequences contiguous and each plain client's batches in send order
 /// (reordered). Idempotent producers are told apart by producer id, plain clients by client.
-pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breaches {
+pub(crate) fn check_log(
+    shadow: &Shadow,
+    stamps: &crate::client::Stamps,
+    violations: &mut Vec<String>,
+) -> Breaches {
     let mut breaches = Breaches::default();
     for (partition, batches) in shadow.partitions.iter().enumerate() {
         let start = shadow.log_start(partition);
@@ -618,7 +622,7 @@ pub(crate) fn check_log(shadow: &Shadow, violations: &mut Vec<String>) -> Breach
                     seen.producer_id,
                     (seen.producer_epoch, seen.base_sequence + seen.count),
                 );
-            } else {
+            } else if !stamps.is_abandoned(&seen.id) {
                 if let Some(previous) = last_plain.get(&seen.id.client) {
                     if seen.id.number <= *previous {
                         breaches.reordered += 1;

@@ -34,6 +34,10 @@ pub(crate) struct BatchId {
 pub(crate) struct Stamps {
     last: i64,
     ids: BTreeMap<i64, BatchId>,
+    /// Plain batches whose client gave up on a live agent (cluster seeds: the agent was cut
+    /// off its peers): the request may still be served after the client's later batches, as in
+    /// Kafka, which orders a non-idempotent producer's batches only on one connection.
+    abandoned: std::collections::BTreeSet<BatchId>,
 }
 
 impl Stamps {
@@ -43,6 +47,14 @@ impl Stamps {
         self.last = timestamp;
         self.ids.insert(timestamp, id);
         timestamp
+    }
+
+    pub(crate) fn abandon(&mut self, id: BatchId) {
+        self.abandoned.insert(id);
+    }
+
+    pub(crate) fn is_abandoned(&self, id: &BatchId) -> bool {
+        self.abandoned.contains(id)
     }
 
     /// The batch a first timestamp belongs to (`None`: no simulated client built it).

@@ -5,6 +5,7 @@
 
 mod agents;
 mod checks;
+mod cluster;
 mod compaction;
 mod expiry;
 mod faults;
@@ -142,6 +143,8 @@ struct Incarnation {
     _deleter: tokio::sync::watch::Sender<bool>,
     /// Dropping it stops the incarnation's compaction planner and workers.
     _compaction: Option<tokio::sync::watch::Sender<bool>>,
+    /// On cluster seeds: the node it runs as and its view of the metadata bucket.
+    member: Option<cluster::Membership>,
 }
 
 impl Incarnation {
@@ -308,6 +311,17 @@ struct World {
     compactors: Vec<Arc<weir_compactor::Compactor>>,
     compaction_rng: fastrand::Rng,
     regional_down_until: Option<tokio::time::Instant>,
+    /// Cluster seeds: the in-process links between agents' control planes, the draws of
+    /// cluster faults, the node each opening process runs as (by number), the node the next
+    /// open is for, members opened but not yet serving, and the agents cut off their peers.
+    links: weir_control::link::LocalLinks,
+    cluster_rng: fastrand::Rng,
+    opening_nodes: BTreeMap<u32, i32>,
+    next_node: Option<i32>,
+    pending_members: BTreeMap<u32, cluster::Membership>,
+    cut: BTreeSet<String>,
+    /// Every member's node id by control address (claims name the claimant's address).
+    node_by_address: BTreeMap<String, i32>,
 }
 
 /// A bucket; `create_conflicts` (the metadata bucket's) gives it the scenario's create-only
@@ -378,6 +392,17 @@ impl World {
         let mut compaction_rng = fastrand::Rng::with_seed(seed ^ 0x0063_6f6d_7061_6374);
         scenario.compaction = compaction::CompactionScenario::pick(&mut compaction_rng);
         let regional = World::regional_bucket(&scenario, &mut compaction_rng);
+        let mut cluster_rng = fastrand::Rng::with_seed(seed ^ 0x0063_6c75_7374_6572);
+        scenario.cluster = cluster::ClusterScenario::pick(&mut cluster_rng);
+        if scenario.cluster.is_some() {
+            // Faults of a single writer's world: a second writer started beside it, overlapping
+            // recoveries and paused log writes, which take over by starting one more process.
+            // Members take over by the lease rule, and kills stay.
+            scenario.p_takeover = 0.0;
+            scenario.p_overlap = 0.0;
+            scenario.p_held_put = 0.0;
+            scenario.p_stalled_recovery = 0.0;
+        }
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(
             &mut rng,
@@ -479,6 +504,13 @@ impl World {
             compactors: Vec::new(),
             compaction_rng,
             regional_down_until: None,
+            links: weir_control::link::LocalLinks::default(),
+            cluster_rng,
+            opening_nodes: BTreeMap::new(),
+            next_node: None,
+            pending_members: BTreeMap::new(),
+            cut: BTreeSet::new(),
+            node_by_address: BTreeMap::new(),
         }
     }
 
@@ -522,6 +554,7 @@ impl World {
             self.inject_slot_holds();
             self.inject_expiry();
             self.inject_compaction_faults();
+            self.inject_cluster_faults();
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;
@@ -530,28 +563,10 @@ impl World {
         self.heal();
         self.heal_compaction();
         let healed_at = tokio::time::Instant::now();
-        let mut step = options.steps;
-        while !self.converged() {
-            if healed_at.elapsed() > HEAL_LIMIT {
-                let unsettled: Vec<u32> = self
-                    .clients
-                    .iter()
-                    .filter(|c| {
-                        !c.settled() || (c.kind == Kind::Idempotent && c.producer.is_none())
-                    })
-                    .map(|c| c.id)
-                    .collect();
-                self.violation(format!(
-                    "no convergence {HEAL_LIMIT:?} after healing: unsettled clients {unsettled:?}, \
-                     consumers at {:?}, live incarnations {}",
-                    self.consumers.iter().map(|c| c.next_offset).collect::<Vec<_>>(),
-                    self.incarnations.iter().filter(|i| i.alive()).count()
-                ));
-                break;
-            }
-            self.step = step;
-            step += 1;
-            self.tick(false).await;
+        if self.converge(healed_at).await && self.scenario.cluster.is_some() {
+            self.check_cluster_stays().await;
+            // Writes a member held while it was cut off may have landed meanwhile.
+            self.converge(healed_at).await;
         }
         self.check_log_bound().await;
         self.report.steps = self.step + 1;
@@ -570,6 +585,34 @@ impl World {
         }
         self.report_compaction();
         self.report.trace_hash = self.trace;
+    }
+
+    /// Steps without load until everything settled ([`World::converged`]); `false` (and a
+    /// violation) when that takes longer than [`HEAL_LIMIT`] after `healed_at`.
+    async fn converge(&mut self, healed_at: tokio::time::Instant) -> bool {
+        while !self.converged() {
+            if healed_at.elapsed() > HEAL_LIMIT {
+                let unsettled: Vec<u32> = self
+                    .clients
+                    .iter()
+                    .filter(|c| {
+                        !c.settled() || (c.kind == Kind::Idempotent && c.producer.is_none())
+                    })
+                    .map(|c| c.id)
+                    .collect();
+                self.violation(format!(
+                    "no convergence {HEAL_LIMIT:?} after healing: unsettled clients {unsettled:?}, \
+                     consumers at {:?}, live incarnations {}{}",
+                    self.consumers.iter().map(|c| c.next_offset).collect::<Vec<_>>(),
+                    self.incarnations.iter().filter(|i| i.alive()).count(),
+                    self.describe_members()
+                ));
+                return false;
+            }
+            self.step += 1;
+            self.tick(false).await;
+        }
+        true
     }
 
     /// One step: keep an agent running, let clients send, let time pass, take in what came

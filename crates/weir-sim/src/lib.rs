@@ -7,7 +7,10 @@
 //! slow buckets, metadata-bucket outages) and the bounded-state machinery of RFC 0003: retention,
 //! DeleteRecords, the file deleter with its grace, fetch plans with a TTL, slow metadata and
 //! lagging data buckets, the orphan sweep with skewed agent clocks, snapshots every 3–40 slots
-//! each followed by metadata-log GC. The real `weir-produce`, `weir-control`, `weir-fetch`
+//! each followed by metadata-log GC; and, on a third of the seeds, a cluster of 3–5 agents
+//! (RFC 0002) where one leads the metadata log and the others follow, forward their writes and
+//! take over by the lease rule, with members killed, cut off their peers or off the metadata
+//! bucket. The real `weir-produce`, `weir-control`, `weir-fetch`
 //! and `weir-storage` code runs on a single-threaded Tokio runtime with a paused clock over
 //! in-memory buckets, so a seed replays exactly and an hour of faults runs in seconds.
 //!
@@ -19,8 +22,11 @@
 //! never past the high watermark, nothing below it served to a fetch planned after it moved) and
 //! GC-1 (every DELETE a gate saw was of a file the durable log of that moment released, or an
 //! orphan it never named below a durable sweep horizon;
-//! no fetch finds a file gone within its plan's TTL). After the fault phase everything
-//! heals and every idempotent batch must eventually be acknowledged, and log GC must have bounded
+//! no fetch finds a file gone within its plan's TTL); on cluster seeds also CTL-3 (an epoch
+//! claimed over another agent's lease only after that lease stood still for the lease timeout)
+//! and, after healing, one leader with every member at the same durable position. After the
+//! fault phase everything heals and every idempotent batch must eventually be acknowledged,
+//! and log GC must have bounded
 //! the metadata log again (liveness). The independent replay reads every log slot ever written
 //! from the [`archive`], since GC deletes covered slots from the bucket.
 //!

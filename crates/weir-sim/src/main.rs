@@ -26,6 +26,17 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.events {
+        // The system's own logs beside the events, filtered by RUST_LOG (off by default).
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+            )
+            .without_time()
+            .with_ansi(false)
+            .init();
+    }
     let options = SimOptions {
         steps: args.steps,
         print_events: args.events,

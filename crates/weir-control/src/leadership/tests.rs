@@ -141,26 +141,31 @@ fn test_may_take_over_needs_a_stopped_lease_no_higher_epoch_and_a_silent_leader(
 #[test]
 fn test_at_start_follows_a_live_leader_and_refuses_a_second_agent_with_this_node_id() {
     let me = ME;
-    assert_eq!(at_start(None, None, me), AtStart::Lead, "a new cluster");
+    assert_eq!(at_start(0, None, None, me), AtStart::Lead, "a new cluster");
+    assert_eq!(
+        at_start(3, None, None, me),
+        AtStart::Watch,
+        "an epoch whose leader has not written its lease yet (or a log from before clusters)"
+    );
     let a1 = lease(1, "a", 1);
     let a2 = lease(1, "a", 2);
-    assert_eq!(at_start(Some(&a1), Some(&a2), me), AtStart::Follow);
+    assert_eq!(at_start(1, Some(&a1), Some(&a2), me), AtStart::Follow);
     assert_eq!(
-        at_start(None, Some(&a2), me),
+        at_start(1, None, Some(&a2), me),
         AtStart::Follow,
         "it appeared meanwhile"
     );
-    assert_eq!(at_start(Some(&a1), Some(&a1), me), AtStart::Watch);
+    assert_eq!(at_start(1, Some(&a1), Some(&a1), me), AtStart::Watch);
     let mut released = a2.clone();
     released.released = true;
-    assert_eq!(at_start(Some(&a1), Some(&released), me), AtStart::Lead);
+    assert_eq!(at_start(1, Some(&a1), Some(&released), me), AtStart::Lead);
     // This node's previous incarnation, killed: lead at once, as a single agent always did.
     let old = lease(2, "old", 7);
-    assert_eq!(at_start(Some(&old), Some(&old), me), AtStart::Lead);
+    assert_eq!(at_start(1, Some(&old), Some(&old), me), AtStart::Lead);
     // Another live process with this node id.
     let other = lease(2, "other", 8);
     assert_eq!(
-        at_start(Some(&old), Some(&other), me),
+        at_start(1, Some(&old), Some(&other), me),
         AtStart::DuplicateNodeId {
             address: "10.0.0.2:9093".into()
         }

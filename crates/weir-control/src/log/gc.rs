@@ -292,6 +292,13 @@ impl LogStore {
         }
     }
 
+    /// Whether a snapshot at or above `seq` exists: slots up to `seq` may have been collected
+    /// (and created again by a deposed writer's late PUT).
+    pub(crate) async fn snapshot_at_or_above(&self, seq: u64) -> Result<bool, LogError> {
+        let snapshots = self.list_seqs(&keys::meta_snapshot_prefix()).await?;
+        Ok(snapshots.last().is_some_and(|newest| *newest >= seq))
+    }
+
     /// The stalled-recovery check (RFC 0003 §7), after recovery wrote its `NewEpoch` at `gap`
     /// and before it fills holes or serves. A writer that replayed up to `gap`, then stalled
     /// while the serving writer filled `gap`, snapshotted past it and collected it, has just
@@ -299,11 +306,9 @@ impl LogStore {
     /// snapshot at or above it exists, and never deletes the two newest snapshots, so such a
     /// snapshot is listed here: fail with [`LogError::EpochTaken`] and claim again.
     pub(super) async fn check_not_collected(&self, gap: u64, epoch: u64) -> Result<(), LogError> {
-        let snapshots = self.list_seqs(&keys::meta_snapshot_prefix()).await?;
-        if let Some(newer) = snapshots.iter().find(|seq| **seq >= gap) {
+        if self.snapshot_at_or_above(gap).await? {
             warn!(
                 gap,
-                snapshot = newer,
                 epoch,
                 "the log passed our replay gap and was collected while we recovered; claiming again"
             );

@@ -24,7 +24,7 @@ fn now() -> Instant {
 }
 
 /// How a member starts (RFC 0002 §2 "Start"): it replays the log into its replica, reads the
-/// highest epoch's lease twice a renewal apart, and leads only when nobody holds it.
+/// highest epoch's lease twice two renewals apart, and leads only when nobody holds it.
 pub(super) async fn start(
     log: &LogStore,
     settings: &ControlPlaneSettings,
@@ -39,9 +39,13 @@ pub(super) async fn start(
         incarnation: &cluster.incarnation,
     };
     let first = read_lease(log.store().as_ref(), highest).await?;
-    tokio::time::sleep(cluster.lease_renew).await;
+    if highest > 0 {
+        // Two renewal intervals: a live leader's renewal lands in between even when its PUT
+        // started just after our first read.
+        tokio::time::sleep(cluster.lease_renew * 2).await;
+    }
     let second = read_lease(log.store().as_ref(), highest).await?;
-    match at_start(first.as_ref(), second.as_ref(), me) {
+    match at_start(highest, first.as_ref(), second.as_ref(), me) {
         AtStart::Lead => {
             let recovered = log
                 .recover_after(highest, &settings.address, cluster_id, Some(&mut replica))
@@ -66,10 +70,29 @@ pub(super) async fn start(
     }
 }
 
-/// The leader's lease, renewed in the background until dropped or released.
+/// The leader's lease, renewed in the background until dropped or released. Each renewal
+/// also looks for the next epoch's object: once a later epoch is claimed the leader steps down.
 pub(super) struct LeaseTask {
     keeper: Arc<Mutex<LeaseKeeper>>,
     task: tokio::task::JoinHandle<()>,
+    /// The later epoch found (0: none yet).
+    overtaken: watch::Receiver<u64>,
+}
+
+/// The later epoch that overtook the leader, or pending for ever without a lease task.
+pub(super) async fn overtaken(lease: &mut Option<LeaseTask>) -> u64 {
+    let Some(lease) = lease else {
+        return std::future::pending().await;
+    };
+    let found = lease
+        .overtaken
+        .wait_for(|epoch| *epoch > 0)
+        .await
+        .map(|epoch| *epoch);
+    match found {
+        Ok(epoch) => epoch,
+        Err(_) => std::future::pending().await,
+    }
 }
 
 impl LeaseTask {
@@ -88,10 +111,26 @@ impl LeaseTask {
             address,
         )));
         let renew = cluster.lease_renew;
+        let (overtaken_tx, overtaken) = watch::channel(0);
+        let log = log.clone();
         let task = tokio::spawn({
             let keeper = keeper.clone();
             async move {
                 loop {
+                    match log.epoch_address(epoch + 1).await {
+                        Ok(Some(address)) => {
+                            warn!(
+                                epoch,
+                                later = epoch + 1,
+                                %address,
+                                "a later epoch was claimed; stepping down"
+                            );
+                            overtaken_tx.send_replace(epoch + 1);
+                            return;
+                        }
+                        Ok(None) => {}
+                        Err(err) => debug!(error = %err, "could not look for a later epoch"),
+                    }
                     let result = keeper.lock().await.renew().await;
                     // A leader that cannot renew is cut off from its bucket: it stops answering
                     // followers as healthy, so one of them takes over once the lease times out.
@@ -103,7 +142,11 @@ impl LeaseTask {
                 }
             }
         });
-        LeaseTask { keeper, task }
+        LeaseTask {
+            keeper,
+            task,
+            overtaken,
+        }
     }
 
     /// A clean shutdown: followers take over without waiting for the lease to time out.
@@ -168,6 +211,7 @@ impl Writer {
             conn: None,
             records: None,
         };
+        self.role_changes.fetch_add(1, Ordering::SeqCst);
         self.role_tx.send_replace(Role::Follower {
             epoch: replica.log_epoch(),
         });
@@ -244,6 +288,10 @@ impl Writer {
             }
         };
         let available = self.available_tx.clone();
+        let (role_changes, role) = (
+            self.role_changes.clone(),
+            self.role_changes.load(Ordering::SeqCst),
+        );
         let mut durable = self.durable_tx.subscribe();
         let timeout = following.cluster.forward_timeout;
         tokio::spawn(async move {
@@ -262,7 +310,16 @@ impl Writer {
                 )))
             });
             if answer.is_err() {
-                available.send_replace(false);
+                // Under the watch's lock, so a take-over (which bumps the count before it
+                // makes the plane available) is never undone by a stale failure.
+                available.send_if_modified(|available| {
+                    let still_following = role_changes.load(Ordering::SeqCst) == role;
+                    let changed = still_following && *available;
+                    if still_following {
+                        *available = false;
+                    }
+                    changed
+                });
             }
             let _ = reply.send(answer);
         });

@@ -10,6 +10,10 @@ use crate::gate::GateAppendable;
 
 impl World {
     pub(super) fn ensure_incarnation(&mut self) {
+        if let Some(cluster) = self.scenario.cluster {
+            self.ensure_members(cluster);
+            return;
+        }
         if self.newest_live().is_none()
             && self.opening == 0
             && tokio::time::Instant::now() >= self.open_after
@@ -36,9 +40,11 @@ impl World {
         );
         let switch = Arc::new(HoldSwitch::default());
         self.log_holds.push(switch.clone());
+        let (gate, member) = self.membership(number, gate);
         let layer = layered("log", gate, LayerPolicy::default(), u64::from(number) << 8);
         let store: Arc<dyn ObjectStore> = Arc::new(SlotHold::new(layer.clone(), switch));
-        let appendable = self.log_appendable(&halted, &layer);
+        let log_view = member.as_ref().map(|(m, _)| m.log_view.clone());
+        let appendable = self.log_appendable(&halted, &layer, log_view);
         let prewarmed_slots = self.scenario.log_append.map_or(0, |a| a.prewarmed_slots);
         let settings = ControlPlaneSettings {
             max_inflight_writes: self.scenario.log_inflight,
@@ -48,6 +54,7 @@ impl World {
             log_gc: true,
             write_attempts: 2,
             address: format!("sim-agent-{number}"),
+            cluster: member.as_ref().map(|(_, settings)| settings.clone()),
             encode_snapshots_inline: true,
             // Snapshots of tens of KiB in chunks of 1–16 KiB, so they span several chunks and log
             // GC collects chunks too. Derived, not drawn, to keep each seed's schedule.
@@ -56,6 +63,9 @@ impl World {
             prewarmed_slots,
             ..ControlPlaneSettings::default()
         };
+        if let Some((membership, _)) = member {
+            self.pending_members.insert(number, membership);
+        }
         let seed = self.rng.u64(..);
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -146,6 +156,10 @@ impl World {
             deleter.subscribe(),
         );
         let compaction = self.start_compaction(number, &halted, &control, reader, clock);
+        let member = self.pending_members.remove(&number);
+        if let Some(member) = &member {
+            self.links.register(&member.address, control.clone());
+        }
         self.incarnations.push(Incarnation {
             number,
             halted,
@@ -154,6 +168,7 @@ impl World {
             fetch,
             _deleter: deleter,
             _compaction: compaction,
+            member,
         });
     }
 
@@ -163,14 +178,21 @@ impl World {
         &self,
         halted: &Arc<AtomicBool>,
         layer: &Arc<dyn ObjectStore>,
+        log_view: Option<Arc<ModelStore>>,
     ) -> Option<Arc<dyn AppendableStore>> {
         let model = self.log_bucket.appendable.clone()?;
-        let gate = GateAppendable::new(model, halted.clone(), self.log_bucket.faults.clone());
+        let gate: Arc<dyn AppendableStore> = Arc::new(GateAppendable::new(
+            model,
+            halted.clone(),
+            self.log_bucket.faults.clone(),
+        ));
+        // A member's outage of the metadata bucket covers its appends too.
+        let gate = match log_view {
+            Some(view) => view.appendable(gate),
+            None => gate,
+        };
         let stats = Arc::new(BucketStats::new("log", "free", PriceTable::FREE));
-        Some(
-            LayerStore::new(layer.clone(), LayerPolicy::default(), stats)
-                .appendable(Arc::new(gate)),
-        )
+        Some(LayerStore::new(layer.clone(), LayerPolicy::default(), stats).appendable(gate))
     }
 
     /// On the appendable path, a WriterPool over this incarnation's gated, layered appendable
@@ -219,15 +241,29 @@ impl World {
         let Some(newest) = self.newest_live() else {
             return;
         };
-        let Some(topic) = self.topic.or_else(|| self.ensure_topic(newest)) else {
-            return;
+        let topic = match self.topic {
+            Some(topic) => topic,
+            None => {
+                let creator = self.attach_to(newest);
+                match self.ensure_topic(creator) {
+                    Some(topic) => topic,
+                    None => return,
+                }
+            }
         };
         for c in 0..self.clients.len() {
+            if self.clients[c]
+                .attached
+                .is_some_and(|index| self.is_cut(index))
+            {
+                self.leave_cut_agent(c);
+            }
             let attached = match self.clients[c].attached {
                 Some(index) if self.incarnations[index].alive() => index,
                 _ => {
-                    self.clients[c].attached = Some(newest);
-                    newest
+                    let index = self.attach_to(newest);
+                    self.clients[c].attached = Some(index);
+                    index
                 }
             };
             if !self.ready_to_send(c) {
@@ -404,6 +440,10 @@ impl World {
                     result,
                 } => {
                     self.opening -= 1;
+                    self.opening_nodes.remove(&number);
+                    if result.is_err() {
+                        self.pending_members.remove(&number);
+                    }
                     self.overlap_opened(number, result.is_ok());
                     self.slot_hold_opened(number, result.is_ok());
                     match result {

@@ -65,6 +65,13 @@ impl World {
                 return None;
             }
             Err(weir_fetch::FetchError::OffsetOutOfRange { .. }) => return None,
+            // A follower whose replica has not reached the topic's creation yet (Kafka's
+            // retriable UNKNOWN_TOPIC_OR_PARTITION from a broker with stale metadata).
+            Err(weir_fetch::FetchError::UnknownTopicOrPartition)
+                if self.lags_durable_log(incarnation) =>
+            {
+                return None
+            }
             Err(err) => {
                 self.violation(format!("p{partition}: fetch plan failed: {err}"));
                 return None;
@@ -91,6 +98,12 @@ impl World {
         })
     }
 
+    /// Whether `incarnation`'s readable state is behind the durable log.
+    fn lags_durable_log(&self, incarnation: usize) -> bool {
+        let acknowledged = *self.incarnations[incarnation].control.subscribe().borrow();
+        acknowledged + 1 < self.auditor.durable_next_seq()
+    }
+
     /// The log start a plan by `incarnation` must respect: the durable one, unless the slots
     /// that moved it landed in the bucket before their writer heard back (a PUT answered after
     /// the object landed, an ambiguous one retried): until then the retention pass or
@@ -98,12 +111,11 @@ impl World {
     /// durable log up to its last acknowledged slot, which FET-1 checks).
     fn start_known_to(&self, incarnation: usize, topic: &TopicId, partition: i32) -> i64 {
         let durable = self.auditor.durable_log_start(topic, partition);
-        let control = &self.incarnations[incarnation].control;
-        let acknowledged = *control.subscribe().borrow();
-        if acknowledged + 1 >= self.auditor.durable_next_seq() {
+        if !self.lags_durable_log(incarnation) {
             return durable;
         }
-        control
+        self.incarnations[incarnation]
+            .control
             .read(|state| {
                 state
                     .partition(topic, partition)
@@ -234,7 +246,7 @@ impl World {
             .shadow(topic, self.scenario.partitions, &self.stamps, &mut messages)
             .await;
         if let Some(shadow) = &shadow {
-            check_log(shadow, &mut messages);
+            check_log(shadow, &self.stamps, &mut messages);
             self.check_acks(shadow, &mut messages);
             self.check_live_prefixes(topic, shadow, &mut messages);
             self.check_consumed(shadow, &mut messages);
@@ -399,7 +411,7 @@ impl World {
     /// Every idempotent batch acknowledged, every consumer at the end of the durable log (as
     /// the newest live agent shows it, once that agent is not a deposed writer's stale view).
     pub(super) fn converged(&self) -> bool {
-        if self.topic.is_none() || self.newest_live().is_none() {
+        if self.topic.is_none() || self.newest_live().is_none() || !self.cluster_settled() {
             return false;
         }
         let clients_done = self.clients.iter().all(|client| {
@@ -444,7 +456,7 @@ impl World {
             }
             return;
         };
-        let mut breaches = check_log(&shadow, &mut messages);
+        let mut breaches = check_log(&shadow, &self.stamps, &mut messages);
         breaches.lost = self.check_acks(&shadow, &mut messages);
         for (partition, consumer) in self.consumers.iter().enumerate() {
             let end = shadow.high_watermark(partition);

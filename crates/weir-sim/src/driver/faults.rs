@@ -229,9 +229,14 @@ impl World {
             bucket.faults.slow_ms.store(0, Ordering::SeqCst);
             bucket.faults.put_lag_ms.store(0, Ordering::SeqCst);
         }
-        let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
-        for index in live {
-            self.halt(index);
+        if self.scenario.cluster.is_some() {
+            // Members stay up: the cluster must settle by itself.
+            self.heal_cluster();
+        } else {
+            let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+            for index in live {
+                self.halt(index);
+            }
         }
         self.event("healed");
     }
@@ -243,14 +248,24 @@ impl World {
             .halted
             .store(true, Ordering::SeqCst);
         let number = self.incarnations[index].number;
+        if let Some(member) = &self.incarnations[index].member {
+            self.links.deregister(&member.address);
+        }
         self.event(&format!("halt incarnation {number}"));
         self.requests
             .retain(|_, request| request.incarnation != index);
+        let cluster = self.scenario.cluster.is_some();
         for client in &mut self.clients {
             if client.attached == Some(index) {
                 for batch in client.connection_lost() {
+                    let id = batch.id;
                     if !client.failed(batch) {
                         self.report.plain_unacked += 1;
+                        if cluster {
+                            // Its commit may have been forwarded before the kill and be
+                            // sequenced after the client's later batches.
+                            self.stamps.abandon(id);
+                        }
                     }
                 }
             }

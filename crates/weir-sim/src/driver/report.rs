@@ -93,6 +93,11 @@ pub struct SimReport {
     pub compactions_refused: u64,
     pub batches_compacted: u64,
     pub regional_outages: u32,
+    /// Cluster seeds: agents cut off their peers, agents cut off the metadata bucket, and the
+    /// highest epoch claimed by the end.
+    pub cluster_cuts: u32,
+    pub agent_log_outages: u32,
+    pub cluster_epochs: u64,
     pub consumed_batches: u64,
     pub audits: u32,
     /// Breaches found by the final audit.
@@ -119,7 +124,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages); lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages), {} agents cut off peers, {} cut off the metadata bucket, {} epochs; lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -171,6 +176,9 @@ impl fmt::Display for SimReport {
             self.compactions_refused,
             self.batches_compacted,
             self.regional_outages,
+            self.cluster_cuts,
+            self.agent_log_outages,
+            self.cluster_epochs,
             self.final_audit.lost,
             self.final_audit.duplicated,
             self.final_audit.reordered,

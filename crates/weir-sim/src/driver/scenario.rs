@@ -57,6 +57,8 @@ pub(super) struct Scenario {
     pub(super) log_append: Option<LogAppendScenario>,
     /// Compaction into a regional bucket (RFC 0005; its own generator).
     pub(super) compaction: Option<super::compaction::CompactionScenario>,
+    /// Several agents, one leading the metadata log (RFC 0002; its own generator).
+    pub(super) cluster: Option<super::cluster::ClusterScenario>,
 }
 
 /// The metadata bucket's fence kind and how many slots each writer pre-warms (0: none, but
@@ -175,6 +177,7 @@ impl Scenario {
             append: None,
             log_append: None,
             compaction: None,
+            cluster: None,
         }
     }
 
@@ -187,7 +190,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}; {}; files by {}; {}; {}",
+             snapshot every {} slots{}; {}; {}; {}; files by {}; {}; {}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -213,6 +216,7 @@ impl Scenario {
             AppendScenario::describe(&self.append),
             LogAppendScenario::describe(&self.log_append),
             super::compaction::CompactionScenario::describe(&self.compaction),
+            super::cluster::ClusterScenario::describe(&self.cluster),
         )
     }
 }
