@@ -20,6 +20,27 @@ use serde::{Deserialize, Serialize};
 
 use crate::log::{get_optional, LogError};
 
+/// A host's monotonic clock, on which leases are measured (never compared across hosts). The
+/// simulator runs members' clocks fast or slow.
+pub trait MonotonicClock: Send + Sync + std::fmt::Debug {
+    fn now(&self) -> Instant;
+    /// The runtime's time that passes while this clock advances `by`: a timer of a fast clock
+    /// fires early.
+    fn real(&self, by: Duration) -> Duration {
+        by
+    }
+}
+
+/// The runtime's clock (Tokio's, so paused test clocks apply).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeClock;
+
+impl MonotonicClock for RuntimeClock {
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}
+
 /// Format of the lease object.
 const LEASE_FORMAT: u32 = 1;
 

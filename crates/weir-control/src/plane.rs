@@ -99,6 +99,8 @@ pub struct ClusterSettings {
     /// `cluster.forward_timeout`: a forwarded write not answered within it fails retriably.
     pub forward_timeout: Duration,
     pub link: Arc<dyn ControlLink>,
+    /// The clock leases and renewals are timed on.
+    pub clock: Arc<dyn crate::leadership::MonotonicClock>,
 }
 
 impl ClusterSettings {
@@ -110,6 +112,7 @@ impl ClusterSettings {
             lease_timeout: Duration::from_secs(10),
             forward_timeout: Duration::from_secs(5),
             link,
+            clock: Arc::new(crate::leadership::RuntimeClock),
         }
     }
 }

@@ -322,6 +322,8 @@ struct World {
     cut: BTreeSet<String>,
     /// Every member's node id by control address (claims name the claimant's address).
     node_by_address: BTreeMap<String, i32>,
+    /// Every member's clock rate by control address.
+    clock_rates: BTreeMap<String, f64>,
 }
 
 /// A bucket; `create_conflicts` (the metadata bucket's) gives it the scenario's create-only
@@ -511,6 +513,7 @@ impl World {
             pending_members: BTreeMap::new(),
             cut: BTreeSet::new(),
             node_by_address: BTreeMap::new(),
+            clock_rates: BTreeMap::new(),
         }
     }
 

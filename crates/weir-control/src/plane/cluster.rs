@@ -3,8 +3,6 @@
 //! stream missed some), its writes forwarded to the leader, and its watch on the lease that
 //! decides when it takes over.
 
-use std::time::Instant;
-
 use futures::stream::BoxStream;
 use tokio::sync::Mutex;
 use tokio::time::MissedTickBehavior;
@@ -17,11 +15,6 @@ use crate::leadership::{
 };
 use crate::link::LeaderConn;
 use crate::replica::Offered;
-
-/// Now on the runtime's monotonic clock (the simulator's paused clock in simulations).
-fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
 
 /// How a member starts (RFC 0002 §2 "Start"): it replays the log into its replica, reads the
 /// highest epoch's lease twice two renewals apart, and leads only when nobody holds it.
@@ -42,7 +35,7 @@ pub(super) async fn start(
     if highest > 0 {
         // Two renewal intervals: a live leader's renewal lands in between even when its PUT
         // started just after our first read.
-        tokio::time::sleep(cluster.lease_renew * 2).await;
+        tokio::time::sleep(cluster.clock.real(cluster.lease_renew * 2)).await;
     }
     let second = read_lease(log.store().as_ref(), highest).await?;
     match at_start(highest, first.as_ref(), second.as_ref(), me) {
@@ -110,7 +103,7 @@ impl LeaseTask {
             &cluster.incarnation,
             address,
         )));
-        let renew = cluster.lease_renew;
+        let renew = cluster.clock.real(cluster.lease_renew);
         let (overtaken_tx, overtaken) = watch::channel(0);
         let log = log.clone();
         let task = tokio::spawn({
@@ -181,7 +174,8 @@ impl Following {
 
     /// Watches a newer epoch's lease (and its leader) from now.
     fn watch_epoch(&mut self, epoch: u64) {
-        self.watch = LeaseWatch::new(epoch, self.cluster.lease_timeout, now());
+        let now = self.cluster.clock.now();
+        self.watch = LeaseWatch::new(epoch, self.cluster.lease_timeout, now);
         self.disconnect();
     }
 }
@@ -206,7 +200,11 @@ impl Writer {
     ) -> Option<WriterPosition> {
         let cluster = self.settings.cluster.clone()?;
         let mut following = Following {
-            watch: LeaseWatch::new(replica.log_epoch(), cluster.lease_timeout, now()),
+            watch: LeaseWatch::new(
+                replica.log_epoch(),
+                cluster.lease_timeout,
+                cluster.clock.now(),
+            ),
             cluster,
             conn: None,
             records: None,
@@ -216,7 +214,8 @@ impl Writer {
             epoch: replica.log_epoch(),
         });
         self.publish(&replica);
-        let mut tick = tokio::time::interval(following.cluster.lease_renew);
+        let cluster = &following.cluster;
+        let mut tick = tokio::time::interval(cluster.clock.real(cluster.lease_renew));
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -350,7 +349,8 @@ impl Writer {
                 return None;
             }
         };
-        let state = following.watch.observe(lease.as_ref(), now());
+        let now = following.cluster.clock.now();
+        let state = following.watch.observe(lease.as_ref(), now);
         if following.conn.is_none() {
             self.connect(following, lease.as_ref()).await;
         }

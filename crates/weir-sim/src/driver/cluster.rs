@@ -8,6 +8,7 @@
 //! then, with the cluster healthy for several lease timeouts, no epoch claimed (a deposed leader
 //! that claims again, CTL-3, makes leadership churn).
 
+use weir_control::leadership::MonotonicClock;
 use weir_control::plane::{ClusterSettings, Role};
 
 use super::*;
@@ -23,6 +24,8 @@ pub(super) struct ClusterScenario {
     pub(super) p_cut: f64,
     /// Per step: cut a live agent off the metadata bucket, or restore it.
     pub(super) p_agent_outage: f64,
+    /// Each member's monotonic clock runs at a rate drawn from `1 ± max_skew`.
+    pub(super) max_skew: f64,
 }
 
 impl ClusterScenario {
@@ -39,6 +42,7 @@ impl ClusterScenario {
             forward_timeout: Duration::from_millis(rng.u64(200..=1_000)),
             p_cut: [0.0, 0.005, 0.02][rng.usize(..3)],
             p_agent_outage: [0.0, 0.005, 0.02][rng.usize(..3)],
+            max_skew: [0.0, 0.2, 0.5][rng.usize(..3)],
         })
     }
 
@@ -47,15 +51,33 @@ impl ClusterScenario {
             None => "one agent at a time".to_string(),
             Some(c) => format!(
                 "cluster of {} (lease {:?}/{:?}, forward timeout {:?}, cut {:.1}%, agent \
-                 outage {:.1}%)",
+                 outage {:.1}%, clock rates 1±{})",
                 c.agents,
                 c.lease_renew,
                 c.lease_timeout,
                 c.forward_timeout,
                 c.p_cut * 100.0,
-                c.p_agent_outage * 100.0
+                c.p_agent_outage * 100.0,
+                c.max_skew
             ),
         }
+    }
+}
+
+/// A member's monotonic clock, running `rate` times as fast as the simulation's.
+#[derive(Debug)]
+struct SkewedMonotonic {
+    origin: tokio::time::Instant,
+    rate: f64,
+}
+
+impl MonotonicClock for SkewedMonotonic {
+    fn now(&self) -> std::time::Instant {
+        self.origin.into_std() + self.origin.elapsed().mul_f64(self.rate)
+    }
+
+    fn real(&self, by: Duration) -> Duration {
+        by.div_f64(self.rate)
     }
 }
 
@@ -103,7 +125,17 @@ impl World {
         );
         let address = format!("sim-agent-{number}");
         self.node_by_address.insert(address.clone(), node_id);
+        let rate = if cluster.max_skew > 0.0 {
+            1.0 + cluster.max_skew * (2.0 * self.cluster_rng.f64() - 1.0)
+        } else {
+            1.0
+        };
+        self.clock_rates.insert(address.clone(), rate);
         let settings = ClusterSettings {
+            clock: Arc::new(SkewedMonotonic {
+                origin: tokio::time::Instant::now(),
+                rate,
+            }),
             lease_renew: cluster.lease_renew,
             lease_timeout: cluster.lease_timeout,
             forward_timeout: cluster.forward_timeout,
@@ -315,11 +347,14 @@ impl World {
                 .map(|pair| pair[1].saturating_duration_since(pair[0]))
                 .max()
                 .unwrap_or_default();
-            if !exempt && longest < cluster.lease_timeout {
+            // The claimant timed the lease on its own clock.
+            let rate = self.clock_rates.get(claimant).copied().unwrap_or(1.0);
+            let timeout = cluster.lease_timeout.div_f64(rate);
+            if !exempt && longest < timeout {
                 messages.push(format!(
                     "CTL-3: {claimant} claimed epoch {epoch} while epoch {previous}'s lease never \
-                     stood still for the lease timeout {:?} (longest {longest:?}, {} writes)",
-                    cluster.lease_timeout,
+                     stood still for the lease timeout {timeout:?} on its clock (longest \
+                     {longest:?}, {} writes)",
                     writes.len()
                 ));
             }
