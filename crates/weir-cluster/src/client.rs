@@ -1,0 +1,281 @@
+//! The follower's side: [`GrpcLink`] connects to a leader's [`crate::serve`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use http::uri::PathAndQuery;
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::client::Grpc;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+use weir_control::link::{ControlLink, DurableRecord, Forwarded, LeaderConn, LeaderStatus};
+use weir_control::{ControlError, Entry, EntryResult};
+
+use crate::proto::{BarrierReply, Empty, Record, StatusReply, SubmitReply, SubmitRequest};
+use crate::{CLUSTER_ID_HEADER, MAX_MESSAGE_BYTES, PROTOCOL_HEADER, PROTOCOL_VERSION, SERVICE};
+
+/// Connections to other agents' control planes over gRPC.
+#[derive(Debug, Clone)]
+pub struct GrpcLink {
+    /// This agent's cluster id, sent in every call (known once the log is replayed).
+    cluster_id: Arc<RwLock<String>>,
+    connect_timeout: Duration,
+}
+
+impl Default for GrpcLink {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(5))
+    }
+}
+
+impl GrpcLink {
+    pub fn new(connect_timeout: Duration) -> Self {
+        Self {
+            cluster_id: Arc::default(),
+            connect_timeout,
+        }
+    }
+
+    /// Sets the cluster id sent to peers (the state's `cluster_id` after the first replay).
+    pub fn set_cluster_id(&self, cluster_id: &str) {
+        *self.cluster_id.write().unwrap_or_else(|p| p.into_inner()) = cluster_id.to_string();
+    }
+}
+
+impl ControlLink for GrpcLink {
+    fn connect(&self, address: &str) -> Result<Arc<dyn LeaderConn>, ControlError> {
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|err| unavailable(address, err))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true);
+        let grpc = Grpc::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let cluster_id = self
+            .cluster_id
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(Arc::new(GrpcConn {
+            address: address.to_string(),
+            grpc,
+            cluster_id,
+            submit: Mutex::new(None),
+        }))
+    }
+}
+
+fn unavailable(address: &str, err: impl std::fmt::Display) -> ControlError {
+    ControlError::Unavailable(format!("control plane at {address}: {err}"))
+}
+
+type Pending =
+    Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<Result<(EntryResult, u64), ControlError>>>>>;
+
+/// The open `Submit` stream of a connection.
+struct SubmitStream {
+    requests: mpsc::Sender<SubmitRequest>,
+    pending: Pending,
+    next_id: u64,
+}
+
+struct GrpcConn {
+    address: String,
+    grpc: Grpc<Channel>,
+    cluster_id: String,
+    /// One ordered stream per connection, opened at the first write and again after it broke.
+    submit: Mutex<Option<SubmitStream>>,
+}
+
+impl GrpcConn {
+    fn request<T>(&self, message: T) -> Result<Request<T>, ControlError> {
+        let mut request = Request::new(message);
+        let metadata = request.metadata_mut();
+        let value = |text: &str| {
+            text.parse()
+                .map_err(|_| unavailable(&self.address, "cluster id is not ASCII"))
+        };
+        metadata.insert(CLUSTER_ID_HEADER, value(&self.cluster_id)?);
+        metadata.insert(PROTOCOL_HEADER, value(PROTOCOL_VERSION)?);
+        Ok(request)
+    }
+
+    async fn ready(&self) -> Result<Grpc<Channel>, ControlError> {
+        let mut grpc = self.grpc.clone();
+        grpc.ready()
+            .await
+            .map_err(|err| unavailable(&self.address, err))?;
+        Ok(grpc)
+    }
+
+    fn status_error(&self, status: Status) -> ControlError {
+        unavailable(
+            &self.address,
+            format!("{:?}: {}", status.code(), status.message()),
+        )
+    }
+
+    async fn unary<Reply>(&self, method: &'static str) -> Result<Reply, ControlError>
+    where
+        Reply: prost::Message + Default + Send + 'static,
+    {
+        let request = self.request(Empty {})?;
+        let path =
+            PathAndQuery::from_maybe_shared(format!("/{SERVICE}/{method}")).expect("a valid path");
+        let reply = self
+            .ready()
+            .await?
+            .unary(
+                request,
+                path,
+                tonic_prost::ProstCodec::<Empty, Reply>::default(),
+            )
+            .await
+            .map_err(|status| self.status_error(status))?;
+        Ok(reply.into_inner())
+    }
+
+    /// Opens the `Submit` stream, with a task that answers each reply's waiter and fails them
+    /// all when the stream ends.
+    async fn open_submit(&self) -> Result<SubmitStream, ControlError> {
+        let (requests, outgoing) = mpsc::channel(1024);
+        let request = self.request(ReceiverStream::new(outgoing))?;
+        let path =
+            PathAndQuery::from_maybe_shared(format!("/{SERVICE}/Submit")).expect("a valid path");
+        let mut replies = self
+            .ready()
+            .await?
+            .streaming(
+                request,
+                path,
+                tonic_prost::ProstCodec::<SubmitRequest, SubmitReply>::default(),
+            )
+            .await
+            .map_err(|status| self.status_error(status))?
+            .into_inner();
+        let pending: Pending = Arc::default();
+        let waiters = pending.clone();
+        let address = self.address.clone();
+        tokio::spawn(async move {
+            let end = loop {
+                match replies.message().await {
+                    Ok(Some(reply)) => {
+                        let waiter = waiters
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&reply.id);
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(decode_reply(&address, &reply));
+                        }
+                    }
+                    Ok(None) => break "the leader closed the stream".to_string(),
+                    Err(status) => break format!("{:?}: {}", status.code(), status.message()),
+                };
+            };
+            // Their fate is unknown: each may still become durable.
+            let waiters = std::mem::take(&mut *waiters.lock().unwrap_or_else(|p| p.into_inner()));
+            for (_, waiter) in waiters {
+                let _ = waiter.send(Err(unavailable(&address, &end)));
+            }
+        });
+        Ok(SubmitStream {
+            requests,
+            pending,
+            next_id: 0,
+        })
+    }
+}
+
+fn decode_reply(address: &str, reply: &SubmitReply) -> Result<(EntryResult, u64), ControlError> {
+    if !reply.error.is_empty() {
+        return Err(serde_json::from_slice(&reply.error)
+            .unwrap_or_else(|err| unavailable(address, format!("undecodable error: {err}"))));
+    }
+    let result = serde_json::from_slice(&reply.result)
+        .map_err(|err| unavailable(address, format!("undecodable result: {err}")))?;
+    Ok((result, reply.seq))
+}
+
+#[async_trait]
+impl LeaderConn for GrpcConn {
+    async fn send(&self, entry: Entry) -> Result<Forwarded, ControlError> {
+        let body = serde_json::to_vec(&entry).expect("an entry serialises");
+        let mut submit = self.submit.lock().await;
+        if submit.as_ref().is_none_or(|s| s.requests.is_closed()) {
+            *submit = Some(self.open_submit().await?);
+        }
+        let stream = submit.as_mut().expect("opened above");
+        let id = stream.next_id;
+        stream.next_id += 1;
+        let (waiter, result) = oneshot::channel();
+        stream
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, waiter);
+        if stream
+            .requests
+            .send(SubmitRequest { id, entry: body })
+            .await
+            .is_err()
+        {
+            *submit = None;
+            return Err(unavailable(&self.address, "the submit stream broke"));
+        }
+        let address = self.address.clone();
+        Ok(async move {
+            result
+                .await
+                .map_err(|_| unavailable(&address, "the submit stream broke"))?
+        }
+        .boxed())
+    }
+
+    async fn barrier(&self) -> Result<u64, ControlError> {
+        Ok(self.unary::<BarrierReply>("Barrier").await?.durable)
+    }
+
+    async fn status(&self) -> Result<LeaderStatus, ControlError> {
+        let status = self.unary::<StatusReply>("Status").await?;
+        Ok(LeaderStatus {
+            epoch: status.epoch,
+            available: status.available,
+            durable: status.durable,
+        })
+    }
+
+    async fn records(&self) -> Result<BoxStream<'static, DurableRecord>, ControlError> {
+        let request = self.request(Empty {})?;
+        let path =
+            PathAndQuery::from_maybe_shared(format!("/{SERVICE}/Records")).expect("a valid path");
+        let records = self
+            .ready()
+            .await?
+            .server_streaming(
+                request,
+                path,
+                tonic_prost::ProstCodec::<Empty, Record>::default(),
+            )
+            .await
+            .map_err(|status| self.status_error(status))?
+            .into_inner();
+        // Ends at the first error or undecodable record: the follower reads the bucket.
+        Ok(records
+            .take_while(|record| futures::future::ready(record.is_ok()))
+            .filter_map(|record| async move {
+                let record = record.ok()?;
+                let entries: Vec<Entry> = serde_json::from_slice(&record.entries).ok()?;
+                Some(DurableRecord {
+                    seq: record.seq,
+                    epoch: record.epoch,
+                    entries: Arc::new(entries),
+                })
+            })
+            .boxed())
+    }
+}
