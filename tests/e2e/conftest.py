@@ -349,7 +349,11 @@ def agent_factory(request, weir_bin, tmp_path):
         return a
 
     yield make
+    teardown_all(agents)
 
+
+def teardown_all(agents) -> None:
+    """Tears every agent down, then raises the first failure (an agent that died on its own)."""
     errors = []
     for a in agents:
         try:

@@ -82,6 +82,12 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if let Some(url) = &args.compacted_bucket {
         config.storage.compacted_bucket = url.clone();
     }
+    if let Some(node_id) = args.node_id {
+        config.agent.node_id = node_id;
+    }
+    if let Some(address) = &args.control_listen {
+        config.cluster.control_listen = address.clone();
+    }
     if args.no_compaction {
         config.compaction.enabled = false;
     }
@@ -137,6 +143,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     } else {
         local.ip().to_string()
     };
+    let member = Membership::bind(&config, &advertised_host, seed).await?;
+    let kafka_address = format!("{advertised_host}:{}", local.port());
     let control = ControlPlane::open(
         metadata,
         ControlPlaneSettings {
@@ -145,15 +153,18 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             snapshot_max_log_bytes: config.control.snapshot_max_log_bytes.max(1),
             snapshot_max_interval: config.control.snapshot_max_interval,
             log_gc: config.control.log_gc,
-            address: format!("{advertised_host}:{}", local.port()),
+            address: member.as_ref().map_or(kafka_address, |m| m.address.clone()),
             appendable: buckets.metadata.appendable.clone(),
             prewarmed_slots: config.control.prewarmed_slots,
+            cluster: member.as_ref().map(|m| m.settings.clone()),
             ..ControlPlaneSettings::default()
         },
         seed,
     )
     .await
     .context("recovering the control plane")?;
+    let (control_stop, control_stopped) = tokio::sync::oneshot::channel::<()>();
+    let control_serving = member.map(|member| member.serve(&control, control_stopped));
     if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 {
         info!(
             prewarmed_slots = config.control.prewarmed_slots,
@@ -332,6 +343,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         );
     }
     control.shutdown().await;
+    let _ = control_stop.send(());
+    if let Some(serving) = control_serving {
+        let _ = serving.await;
+    }
     if let IngestWrites::Pool(pool) = &ingest {
         pool.shutdown().await;
         let stats = pool.stats();
@@ -506,4 +521,75 @@ pub(crate) fn config_from_flags(flags: &[&str]) -> anyhow::Result<Config> {
         panic!("not the agent command");
     };
     resolve_config(&args)
+}
+
+/// This agent as a cluster member (`cluster.control_listen` set; RFC 0002): its control
+/// service's listener and address, and its membership settings.
+struct Membership {
+    listener: tokio::net::TcpListener,
+    address: String,
+    link: weir_cluster::GrpcLink,
+    settings: weir_control::plane::ClusterSettings,
+}
+
+impl Membership {
+    async fn bind(
+        config: &Config,
+        advertised_host: &str,
+        seed: u64,
+    ) -> anyhow::Result<Option<Membership>> {
+        let cluster = &config.cluster;
+        if cluster.control_listen.is_empty() {
+            return Ok(None);
+        }
+        let listener = tokio::net::TcpListener::bind(&cluster.control_listen)
+            .await
+            .with_context(|| {
+                format!("binding the control service to {}", cluster.control_listen)
+            })?;
+        let address = format!("{advertised_host}:{}", listener.local_addr()?.port());
+        let link = weir_cluster::GrpcLink::new(cluster.forward_timeout);
+        let settings = weir_control::plane::ClusterSettings {
+            lease_renew: cluster.lease_renew,
+            lease_timeout: cluster.lease_timeout,
+            forward_timeout: cluster.forward_timeout,
+            ..weir_control::plane::ClusterSettings::new(
+                config.agent.node_id,
+                &format!("{seed:016x}"),
+                Arc::new(link.clone()),
+            )
+        };
+        Ok(Some(Membership {
+            listener,
+            address,
+            link,
+            settings,
+        }))
+    }
+
+    /// Serves the control service until `stop`; other agents reach this one at its address.
+    fn serve(
+        self,
+        control: &ControlPlane,
+        stop: tokio::sync::oneshot::Receiver<()>,
+    ) -> tokio::task::JoinHandle<()> {
+        self.link
+            .set_cluster_id(&control.read(|state| state.cluster_id.clone()));
+        let role = *control.role().borrow();
+        info!(
+            node_id = self.settings.node_id,
+            control = %self.address,
+            ?role,
+            "joined the cluster on these buckets"
+        );
+        let control = control.clone();
+        tokio::spawn(async move {
+            let stopped = async {
+                let _ = stop.await;
+            };
+            if let Err(err) = weir_cluster::serve(self.listener, control, stopped).await {
+                tracing::error!(error = %err, "the control service stopped");
+            }
+        })
+    }
 }

@@ -23,6 +23,20 @@ pub(crate) struct Config {
     pub(crate) retention: RetentionConfig,
     pub(crate) gc: GcConfig,
     pub(crate) compaction: CompactionConfig,
+    pub(crate) cluster: ClusterConfig,
+}
+
+/// `[cluster]` (RFC 0002).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClusterConfig {
+    pub(crate) control_listen: String,
+    #[serde(with = "humantime_serde")]
+    pub(crate) lease_renew: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) lease_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) forward_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -515,6 +529,17 @@ impl Config {
         }
         if self.retention.default_ms < -1 || self.retention.default_bytes < -1 {
             bail!("retention.default_ms and retention.default_bytes must be -1 (forever) or more");
+        }
+        let cluster = &self.cluster;
+        if !cluster.control_listen.is_empty()
+            && (cluster.lease_renew.is_zero()
+                || cluster.lease_timeout < cluster.lease_renew * 3
+                || cluster.forward_timeout.is_zero())
+        {
+            anyhow::bail!(
+                "cluster.lease_timeout must be at least 3 × cluster.lease_renew (> 0), and \
+                 cluster.forward_timeout above 0"
+            );
         }
         let compaction = &self.compaction;
         if compaction.enabled

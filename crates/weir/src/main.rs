@@ -98,6 +98,13 @@ pub(crate) struct AgentArgs {
     /// Run without compaction (compaction.enabled = false).
     #[arg(long)]
     no_compaction: bool,
+    /// Node id reported to clients and used in the cluster (agent.node_id).
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// Join the cluster on the same buckets, serving the control service here
+    /// (cluster.control_listen; experimental).
+    #[arg(long)]
+    control_listen: Option<String>,
     /// Write the object-storage counters as JSON to this file (every second and at shutdown).
     #[arg(long)]
     storage_report: Option<PathBuf>,
