@@ -24,7 +24,9 @@ use crate::{CLUSTER_ID_HEADER, MAX_MESSAGE_BYTES, PROTOCOL_HEADER, PROTOCOL_VERS
 pub struct GrpcLink {
     /// This agent's cluster id, sent in every call (known once the log is replayed).
     cluster_id: Arc<RwLock<String>>,
-    connect_timeout: Duration,
+    /// Bounds connecting, every unary call and the opening of a stream; HTTP/2 keepalives time
+    /// out a silently dead peer's open streams after as long.
+    timeout: Duration,
 }
 
 impl Default for GrpcLink {
@@ -34,10 +36,10 @@ impl Default for GrpcLink {
 }
 
 impl GrpcLink {
-    pub fn new(connect_timeout: Duration) -> Self {
+    pub fn new(timeout: Duration) -> Self {
         Self {
             cluster_id: Arc::default(),
-            connect_timeout,
+            timeout,
         }
     }
 
@@ -51,22 +53,27 @@ impl ControlLink for GrpcLink {
     fn connect(&self, address: &str) -> Result<Arc<dyn LeaderConn>, ControlError> {
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|err| unavailable(address, err))?
-            .connect_timeout(self.connect_timeout)
+            .connect_timeout(self.timeout)
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(self.timeout)
+            .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         let grpc = Grpc::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let cluster_id = self
-            .cluster_id
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
         Ok(Arc::new(GrpcConn {
             address: address.to_string(),
             grpc,
-            cluster_id,
+            cluster_id: self.cluster_id.clone(),
+            timeout: self.timeout,
             submit: Mutex::new(None),
         }))
+    }
+
+    fn cluster_id_known(&self, cluster_id: &str) {
+        if !cluster_id.is_empty() {
+            self.set_cluster_id(cluster_id);
+        }
     }
 }
 
@@ -87,7 +94,8 @@ struct SubmitStream {
 struct GrpcConn {
     address: String,
     grpc: Grpc<Channel>,
-    cluster_id: String,
+    cluster_id: Arc<RwLock<String>>,
+    timeout: Duration,
     /// One ordered stream per connection, opened at the first write and again after it broke.
     submit: Mutex<Option<SubmitStream>>,
 }
@@ -100,7 +108,12 @@ impl GrpcConn {
             text.parse()
                 .map_err(|_| unavailable(&self.address, "cluster id is not ASCII"))
         };
-        metadata.insert(CLUSTER_ID_HEADER, value(&self.cluster_id)?);
+        let cluster_id = self
+            .cluster_id
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        metadata.insert(CLUSTER_ID_HEADER, value(&cluster_id)?);
         metadata.insert(PROTOCOL_HEADER, value(PROTOCOL_VERSION)?);
         Ok(request)
     }
@@ -111,6 +124,21 @@ impl GrpcConn {
             .await
             .map_err(|err| unavailable(&self.address, err))?;
         Ok(grpc)
+    }
+
+    /// `call` within the link's timeout.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, ControlError>>,
+    ) -> Result<T, ControlError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(unavailable(
+                    &self.address,
+                    format!("no answer within {:?}", self.timeout),
+                ))
+            })
     }
 
     fn status_error(&self, status: Status) -> ControlError {
@@ -128,15 +156,18 @@ impl GrpcConn {
         let path =
             PathAndQuery::from_maybe_shared(format!("/{SERVICE}/{method}")).expect("a valid path");
         let reply = self
-            .ready()
-            .await?
-            .unary(
-                request,
-                path,
-                tonic_prost::ProstCodec::<Empty, Reply>::default(),
-            )
-            .await
-            .map_err(|status| self.status_error(status))?;
+            .bounded(async {
+                self.ready()
+                    .await?
+                    .unary(
+                        request,
+                        path,
+                        tonic_prost::ProstCodec::<Empty, Reply>::default(),
+                    )
+                    .await
+                    .map_err(|status| self.status_error(status))
+            })
+            .await?;
         Ok(reply.into_inner())
     }
 
@@ -148,15 +179,18 @@ impl GrpcConn {
         let path =
             PathAndQuery::from_maybe_shared(format!("/{SERVICE}/Submit")).expect("a valid path");
         let mut replies = self
-            .ready()
+            .bounded(async {
+                self.ready()
+                    .await?
+                    .streaming(
+                        request,
+                        path,
+                        tonic_prost::ProstCodec::<SubmitRequest, SubmitReply>::default(),
+                    )
+                    .await
+                    .map_err(|status| self.status_error(status))
+            })
             .await?
-            .streaming(
-                request,
-                path,
-                tonic_prost::ProstCodec::<SubmitRequest, SubmitReply>::default(),
-            )
-            .await
-            .map_err(|status| self.status_error(status))?
             .into_inner();
         let pending: Pending = Arc::default();
         let waiters = pending.clone();
@@ -254,15 +288,18 @@ impl LeaderConn for GrpcConn {
         let path =
             PathAndQuery::from_maybe_shared(format!("/{SERVICE}/Records")).expect("a valid path");
         let records = self
-            .ready()
+            .bounded(async {
+                self.ready()
+                    .await?
+                    .server_streaming(
+                        request,
+                        path,
+                        tonic_prost::ProstCodec::<Empty, Record>::default(),
+                    )
+                    .await
+                    .map_err(|status| self.status_error(status))
+            })
             .await?
-            .server_streaming(
-                request,
-                path,
-                tonic_prost::ProstCodec::<Empty, Record>::default(),
-            )
-            .await
-            .map_err(|status| self.status_error(status))?
             .into_inner();
         // Ends at the first error or undecodable record: the follower reads the bucket.
         Ok(records

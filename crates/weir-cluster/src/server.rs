@@ -188,19 +188,21 @@ impl StreamingService<SubmitRequest> for SubmitSvc {
                         }
                     };
                     let id = request.id;
-                    let reply = match control.accept_forwarded(entry).await {
+                    match control.accept_forwarded(entry).await {
                         Ok(result) => {
                             let replies = replies.clone();
                             tokio::spawn(async move {
                                 let reply = answer(id, result.await);
                                 let _ = replies.send(Ok(reply)).await;
                             });
-                            continue;
                         }
-                        Err(err) => answer(id, Err(err)),
-                    };
-                    if replies.send(Ok(reply)).await.is_err() {
-                        return;
+                        Err(err) => {
+                            // Refused (not the leader any more, or not forwardable): the
+                            // stream ends here, so no later entry of it is sequenced ahead of
+                            // this one after all.
+                            let _ = replies.send(Ok(answer(id, Err(err)))).await;
+                            return;
+                        }
                     }
                 }
             });

@@ -232,6 +232,37 @@ async fn test_malformed_and_oversized_submits_end_their_stream_and_change_nothin
             "{status:?}"
         );
     }
+    // A well-formed entry no follower may forward: refused, and its stream ends.
+    let new_epoch = weir_control::Entry::NewEpoch {
+        epoch: 99,
+        cluster_id: cluster_id.clone(),
+        at_ms: 0,
+    };
+    let mut client = raw_client(&leader.address);
+    client.ready().await.unwrap();
+    let requests = futures::stream::iter([SubmitRequest {
+        id: 7,
+        entry: serde_json::to_vec(&new_epoch).unwrap(),
+    }]);
+    let mut replies = client
+        .streaming(
+            handshake(requests, &cluster_id, PROTOCOL_VERSION),
+            path("Submit"),
+            codec(),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = replies.message().await.unwrap().unwrap();
+    assert_eq!(reply.id, 7);
+    assert!(
+        !reply.error.is_empty() && reply.result.is_empty(),
+        "{reply:?}"
+    );
+    assert!(
+        replies.message().await.unwrap().is_none(),
+        "the stream ended"
+    );
     let after = leader.control.read(|s| serde_json::to_value(s).unwrap());
     assert_eq!(before, after, "no bad submit changed the state");
     // The server goes on serving.

@@ -175,11 +175,19 @@ impl LeaseWatch {
         self.epoch
     }
 
-    /// Notes a read of the lease made at `now` and says what it means.
-    pub fn observe(&mut self, lease: Option<&Lease>, now: Instant) -> LeaseState {
+    /// Notes a read of the lease sent at `asked` and answered at `answered`, and says what it
+    /// means. A counter counts as seen from when its first read was answered, and as unmoved
+    /// until the latest read was sent: the store may have answered from any moment in between,
+    /// so only that span is known to be quiet.
+    pub fn observe(
+        &mut self,
+        lease: Option<&Lease>,
+        asked: Instant,
+        answered: Instant,
+    ) -> LeaseState {
         let Some(lease) = lease.filter(|l| l.epoch == self.epoch) else {
             return LeaseState::Absent {
-                since: now.saturating_duration_since(self.started),
+                since: asked.saturating_duration_since(self.started),
             };
         };
         if lease.released {
@@ -188,11 +196,11 @@ impl LeaseWatch {
         let since = match self.seen {
             Some((counter, since)) if counter == lease.counter => since,
             _ => {
-                self.seen = Some((lease.counter, now));
-                now
+                self.seen = Some((lease.counter, answered));
+                answered
             }
         };
-        if now.saturating_duration_since(since) >= self.timeout {
+        if asked.saturating_duration_since(since) >= self.timeout {
             LeaseState::Stale {
                 node_id: lease.node_id,
                 incarnation: lease.incarnation.clone(),

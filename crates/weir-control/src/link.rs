@@ -62,6 +62,10 @@ pub trait LeaderConn: Send + Sync {
 pub trait ControlLink: Send + Sync + fmt::Debug {
     /// Connects to the control plane at `address` (from its epoch object or lease).
     fn connect(&self, address: &str) -> Result<Arc<dyn LeaderConn>, ControlError>;
+
+    /// The cluster id the follower's replica holds (empty until the first `NewEpoch` is
+    /// applied): a transport that introduces itself to peers by it takes it from here.
+    fn cluster_id_known(&self, _cluster_id: &str) {}
 }
 
 /// Control planes of one process, by address.

@@ -597,6 +597,10 @@ impl LogStore {
             None => self.take_over(epoch, new_cluster_id).await,
             Some(replica) => {
                 replica.catch_up(self, None).await?;
+                if self.snapshot_at_or_above(replica.next_seq()).await? {
+                    // Behind the log's GC (its next slot may be gone): from the snapshot.
+                    replica.catch_up(self, Some(u64::MAX)).await?;
+                }
                 self.take_over_from(epoch, new_cluster_id, replica.as_replayed())
                     .await
             }

@@ -294,6 +294,12 @@ impl ControlPlane {
     /// enqueued before it, answered with its slot once durable. Refused unless this control
     /// plane leads.
     pub async fn accept_forwarded(&self, entry: Entry) -> Result<Forwarded, ControlError> {
+        if matches!(entry, Entry::NewEpoch { .. }) {
+            // Only a recovering leader writes one, never through another agent.
+            return Err(ControlError::InvalidConfig(
+                "a NewEpoch entry cannot be forwarded".into(),
+            ));
+        }
         if !self.leader_status().available {
             return Err(not_leader());
         }

@@ -32,8 +32,12 @@ pub(crate) struct LogArchive {
 pub(crate) struct Claims {
     /// Epoch → (when its object landed, the claimant's address).
     pub(crate) epochs: BTreeMap<u64, (Instant, String)>,
-    /// Epoch → every write of its lease: when it landed, the leader's node id, released.
+    /// Epoch → every write of its lease that moved its counter (a retried PUT of the same
+    /// counter moves nothing a follower could see): when it landed, the leader's node id,
+    /// released.
     pub(crate) leases: BTreeMap<u64, Vec<(Instant, i32, bool)>>,
+    /// Epoch → the counter its lease last landed with.
+    counters: BTreeMap<u64, u64>,
 }
 
 impl LogArchive {
@@ -80,11 +84,13 @@ impl LogArchive {
             "lease" => {
                 if let Ok(lease) = serde_json::from_slice::<weir_control::leadership::Lease>(bytes)
                 {
-                    claims.leases.entry(epoch).or_default().push((
-                        now,
-                        lease.node_id,
-                        lease.released,
-                    ));
+                    if claims.counters.insert(epoch, lease.counter) != Some(lease.counter) {
+                        claims.leases.entry(epoch).or_default().push((
+                            now,
+                            lease.node_id,
+                            lease.released,
+                        ));
+                    }
                 }
             }
             _ => {}

@@ -345,7 +345,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     control.shutdown().await;
     let _ = control_stop.send(());
     if let Some(serving) = control_serving {
-        let _ = serving.await;
+        // Followers' record streams stay open until they notice: do not wait for them long.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), serving).await;
     }
     if let IngestWrites::Pool(pool) = &ingest {
         pool.shutdown().await;

@@ -57,7 +57,7 @@ async fn test_lease_keeper_renews_and_releases_what_followers_read() {
 fn test_lease_watch_goes_stale_only_when_the_counter_stops_for_the_timeout() {
     let t0 = Instant::now();
     let mut watch = LeaseWatch::new(5, TIMEOUT, t0);
-    let held = |w: &mut LeaseWatch, counter, at| w.observe(Some(&lease(1, "a", counter)), at);
+    let held = |w: &mut LeaseWatch, counter, at| w.observe(Some(&lease(1, "a", counter)), at, at);
     assert!(matches!(
         held(&mut watch, 1, t0),
         LeaseState::Held { node_id: 1, .. }
@@ -92,7 +92,7 @@ fn test_lease_watch_goes_stale_only_when_the_counter_stops_for_the_timeout() {
     let mut other = lease(1, "a", 1);
     other.epoch = 6;
     assert!(matches!(
-        watch.observe(Some(&other), last),
+        watch.observe(Some(&other), last, last),
         LeaseState::Absent { .. }
     ));
 }
@@ -170,4 +170,28 @@ fn test_at_start_follows_a_live_leader_and_refuses_a_second_agent_with_this_node
             address: "10.0.0.2:9093".into()
         }
     );
+}
+
+/// A read may reflect any moment between its sending and its answer: a counter counts from the
+/// answer of the read that first saw it, and as unmoved only up to the sending of the latest.
+#[test]
+fn test_lease_watch_counts_only_the_span_its_reads_prove_quiet() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut watch = LeaseWatch::new(5, TIMEOUT, t0);
+    let lease = lease(1, "a", 7);
+    // First seen by a read answered 40 ms after it was sent.
+    assert!(matches!(
+        watch.observe(Some(&lease), t0, t0 + ms(40)),
+        LeaseState::Held { .. }
+    ));
+    // A read sent one timeout after the first was sent (not answered) proves nothing yet.
+    assert!(matches!(
+        watch.observe(Some(&lease), t0 + TIMEOUT, t0 + TIMEOUT + ms(40)),
+        LeaseState::Held { .. }
+    ));
+    assert!(matches!(
+        watch.observe(Some(&lease), t0 + ms(40) + TIMEOUT, t0 + ms(80) + TIMEOUT),
+        LeaseState::Stale { .. }
+    ));
 }

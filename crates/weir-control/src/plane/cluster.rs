@@ -236,7 +236,9 @@ impl Writer {
                 },
                 record = next_record(&mut following.records) => match record {
                     Some(record) => self.take_record(&mut replica, record).await,
-                    None => following.disconnect(),
+                    // Lagged or broken: the next tick subscribes again. The connection (and
+                    // its submit stream, with writes in flight) stays.
+                    None => following.records = None,
                 },
                 _ = tick.tick() => {
                     if let Some(position) = self.follower_tick(&mut following, &mut replica).await {
@@ -342,6 +344,7 @@ impl Writer {
         self.role_tx.send_replace(Role::Follower {
             epoch: following.watch.epoch(),
         });
+        let asked = following.cluster.clock.now();
         let lease = match read_lease(self.log.store().as_ref(), following.watch.epoch()).await {
             Ok(lease) => lease,
             Err(err) => {
@@ -349,10 +352,16 @@ impl Writer {
                 return None;
             }
         };
-        let now = following.cluster.clock.now();
-        let state = following.watch.observe(lease.as_ref(), now);
+        let answered = following.cluster.clock.now();
+        let state = following.watch.observe(lease.as_ref(), asked, answered);
+        following
+            .cluster
+            .link
+            .cluster_id_known(&replica.state().cluster_id.clone());
         if following.conn.is_none() {
             self.connect(following, lease.as_ref()).await;
+        } else if following.records.is_none() {
+            self.subscribe(following).await;
         }
         if !*self.available_tx.borrow() {
             self.restore_availability(following, replica).await;
@@ -423,13 +432,21 @@ impl Writer {
         };
         match following.cluster.link.connect(&address) {
             Ok(conn) => {
-                match conn.records().await {
-                    Ok(records) => following.records = Some(records),
-                    Err(err) => debug!(%address, error = %err, "no record stream from the leader"),
-                }
                 following.conn = Some(conn);
+                self.subscribe(following).await;
             }
             Err(err) => debug!(%address, error = %err, "leader unreachable"),
+        }
+    }
+
+    /// Subscribes to the connected leader's durable records.
+    async fn subscribe(&self, following: &mut Following) {
+        let Some(conn) = &following.conn else {
+            return;
+        };
+        match conn.records().await {
+            Ok(records) => following.records = Some(records),
+            Err(err) => debug!(error = %err, "no record stream from the leader"),
         }
     }
 
