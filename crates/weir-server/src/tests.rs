@@ -505,3 +505,84 @@ async fn test_init_producer_id_loop_is_throttled() {
     assert_eq!(bumped.error_code, 0, "{bumped:?}");
     assert_eq!(bumped.producer_epoch, last.unwrap().1 + 1);
 }
+
+/// A fetch through a follower above its replica's high watermark, at an offset the leader has
+/// already acknowledged, waits for the replica (RFC 0002 §3) instead of answering
+/// OFFSET_OUT_OF_RANGE. The follower is cut off its peers, so its replica only catches up from
+/// the bucket at its next lease read.
+#[tokio::test]
+async fn test_a_fetch_through_a_lagging_follower_waits_for_its_replica() {
+    use weir_control::link::LocalLinks;
+    use weir_control::plane::{ClusterSettings, Role};
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let links = LocalLinks::default();
+    let member = |node: i32| ControlPlaneSettings {
+        address: format!("node-{node}"),
+        cluster: Some(ClusterSettings {
+            lease_renew: Duration::from_millis(100),
+            lease_timeout: Duration::from_secs(30),
+            ..ClusterSettings::new(node, "test", links.link_for(&format!("node-{node}")))
+        }),
+        ..ControlPlaneSettings::default()
+    };
+    let leader = ControlPlane::open(meta.clone(), member(1), 1)
+        .await
+        .unwrap();
+    links.register("node-1", leader.clone());
+    let follower = ControlPlane::open(meta, member(2), 2).await.unwrap();
+    links.register("node-2", follower.clone());
+    assert!(matches!(*follower.role().borrow(), Role::Follower { .. }));
+    let topic_id = leader
+        .create_topic(TOPIC, 1, BTreeMap::new(), 77)
+        .await
+        .unwrap();
+    links.set_cut("node-2", true);
+    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
+    let cache = Arc::new(ReadCache::new(1 << 20));
+    let pipeline = |control: &ControlPlane| {
+        ProducePipeline::start(
+            ProduceSettings::default(),
+            writer.clone(),
+            control.clone(),
+            cache.clone(),
+            clock.clone(),
+            5,
+        )
+    };
+    let batch = build_test_batch(10, 100, (-1, -1, -1));
+    let producing = pipeline(&leader);
+    for _ in 0..2 {
+        let ticket = ProduceTicket {
+            partitions: vec![PartitionBatches {
+                topic_id,
+                partition: 0,
+                batches: split_and_validate(&batch).unwrap(),
+            }],
+        };
+        let outcome = producing.submit(ticket).await.await;
+        assert!(
+            matches!(outcome[..], [PartitionOutcome::Committed { .. }]),
+            "{outcome:?}"
+        );
+    }
+    let broker = Arc::new(Broker::new(
+        BrokerSettings::default(),
+        follower.clone(),
+        pipeline(&follower),
+        FetchReader::new(follower.clone(), writer.clone(), cache.clone()),
+        clock.clone(),
+        11,
+    ));
+    // The leader holds offsets 0..20; the follower's replica may not even know the topic's
+    // batches yet. Offset 10 is the second batch.
+    let request = fetch_request(10, 1 << 20).with_max_wait_ms(5_000);
+    let frame = fetch::handle(broker, context(1), request)
+        .await
+        .expect("a response");
+    assert!(
+        records_in(frame) > 0,
+        "the second batch, not OFFSET_OUT_OF_RANGE"
+    );
+}

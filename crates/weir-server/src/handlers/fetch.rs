@@ -52,8 +52,17 @@ pub(crate) async fn handle(
     loop {
         commits.borrow_and_update();
         let read = read_all(&broker, &wanted, max_bytes, context.version).await;
+        // A follower's replica trails the leader by moments (RFC 0002 §3): an offset above its
+        // high watermark may be one the leader already acknowledged, so it waits (within the
+        // fetch's wait) for its replica before answering OFFSET_OUT_OF_RANGE.
+        let catching_up = read.above_high_watermark
+            && matches!(
+                *broker.control.role().borrow(),
+                weir_control::plane::Role::Follower { .. }
+            );
         // min_bytes = 0 answers at once, with or without data (as in Kafka).
-        if read.bytes >= min_bytes || read.errors || Instant::now() >= deadline {
+        let answer = (read.bytes >= min_bytes || read.errors) && !catching_up;
+        if answer || Instant::now() >= deadline {
             return respond(&context, read);
         }
         // Too little: return its memory, wait for a durable commit (or the deadline), read again.
@@ -119,6 +128,8 @@ struct Read {
     bytes: usize,
     /// Whether any partition has an error (which ends long-polling, as in Kafka).
     errors: bool,
+    /// Whether a partition's fetch offset is above its high watermark.
+    above_high_watermark: bool,
     /// The response memory these records hold.
     grant: Grant,
 }
@@ -166,6 +177,7 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
     let mut reads = reads.into_iter();
     let mut total = 0usize;
     let mut any_error = false;
+    let mut above_high_watermark = false;
     let mut topics = Vec::with_capacity(wanted.len());
     for topic in wanted {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
@@ -195,6 +207,11 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
                 }
                 Some(Err(err)) => {
                     any_error = true;
+                    above_high_watermark |= matches!(
+                        err,
+                        FetchError::OffsetOutOfRange { offset, high_watermark, .. }
+                            if offset > high_watermark
+                    );
                     base.with_error_code(fetch_error_code(&err))
                         .with_records(Some(Bytes::new()))
                 }
@@ -217,6 +234,7 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
         topics,
         bytes: total,
         errors: any_error,
+        above_high_watermark,
         grant,
     }
 }
