@@ -1,10 +1,11 @@
 """Agents on one data dir as a cluster (issue 14, RFC 0002; `--control-listen`, experimental).
 
-Two `weir agent` processes share the buckets: one leads the metadata log, the other follows
-it over gRPC on 127.0.0.1. What one agent acknowledges, the other serves; kill -9 of the
-leader loses nothing and the follower takes over once the lease times out. Clients bootstrap
-at one agent each (Metadata does not list the cluster yet); compaction is off (its queue is not
-networked yet)."""
+Two or three `weir agent` processes share the buckets: one leads the metadata log, the others
+follow it over gRPC on 127.0.0.1. What one agent acknowledges, the others serve; kill -9 of the
+leader loses nothing and a follower takes over once the lease times out. Every agent registers
+in the log, so Metadata and DescribeCluster from any agent list them all (zones as racks), and a
+consumer group whose members bootstrap at different agents meets at one coordinator, which may
+be killed. Compaction is off (its queue is not networked yet)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import time
 
 import pytest
 
+from confluent_kafka import TopicPartition
+
 from conftest import _AGENTS_BY_TEST, Agent, pick_free_port, teardown_all
-from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
-                      ck_produce, ck_producer, unique, wait_topic, wait_until)
+from test_groups import (assert_never_held_twice, members, produce_round,  # noqa: F401
+                         wait_consumed, wait_stable)
+from weirtest import (Rec, assert_acked_present, assert_dense, ck_admin, ck_consume,
+                      ck_create_topics, ck_produce, ck_producer, unique, wait_topic, wait_until)
 
 PARTITIONS = 2
 
@@ -27,16 +32,18 @@ def cluster(request, weir_bin, tmp_path, monkeypatch):
     monkeypatch.setenv("WEIR_CLUSTER_LEASE_RENEW", "200ms")
     monkeypatch.setenv("WEIR_CLUSTER_LEASE_TIMEOUT", "2s")
     monkeypatch.setenv("WEIR_CLUSTER_FORWARD_TIMEOUT", "3s")
+    monkeypatch.setenv("WEIR_CLUSTER_AGENT_TIMEOUT", "2s")
     data = tmp_path / "shared-data"
     agents: list[Agent] = []
     # Their logs are attached to a failed test's report, as agent_factory's are.
     _AGENTS_BY_TEST[request.node.nodeid] = agents
 
-    def make(node_id: int) -> Agent:
+    def make(node_id: int, zone: str = "") -> Agent:
         base = tmp_path / f"node{node_id}"
+        zone_flags = ["--zone", zone] if zone else []
         agent = Agent(weir_bin, pick_free_port(), data, base / "agent.log",
                       ["--node-id", str(node_id), "--control-listen", "127.0.0.1:0",
-                       "--no-compaction"])
+                       "--no-compaction", *zone_flags])
         agents.append(agent)
         return agent.start()
 
@@ -123,3 +130,110 @@ def test_kill_9_of_the_leader_loses_nothing_and_the_follower_takes_over(cluster)
     assert joined_as(a) == "Follower"
     got_a = ck_consume(a.bootstrap, topic, range(PARTITIONS))
     assert got_a == got
+
+
+def describe_nodes(bootstrap: str) -> dict:
+    """DescribeCluster through `bootstrap`: node id -> (host, port, rack)."""
+    admin = ck_admin(bootstrap)  # kept alive until the answer (a collected client aborts it)
+    nodes = admin.describe_cluster(request_timeout=15).result(timeout=30).nodes
+    return {n.id: (n.host, n.port, n.rack) for n in nodes}
+
+
+def wait_registry(agents: dict, expected: dict) -> None:
+    """Until DescribeCluster from every agent in `agents` (node id -> Agent) lists exactly
+    `expected` (node id -> zone) at their own addresses."""
+    want = {node: ("127.0.0.1", agent.port, expected[node])
+            for node, agent in agents.items() if node in expected}
+
+    seen: dict = {}
+
+    def listed() -> bool:
+        try:
+            for node, agent in agents.items():
+                if agent.alive():
+                    seen[node] = describe_nodes(agent.bootstrap)
+            return all(nodes == want for nodes in seen.values())
+        except Exception as e:  # noqa: BLE001 - an agent still starting or a node just fenced
+            seen["error"] = repr(e)
+            return False
+
+    try:
+        wait_until(listed, 60, f"every agent lists {want}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen {seen}") from None
+
+
+def partition_leaders(bootstrap: str, topic: str, client_id: str) -> dict:
+    """Metadata through `bootstrap` as a client named `client_id`: partition -> leader id."""
+    admin = ck_admin(bootstrap, **{"client.id": client_id})
+    md = admin.list_topics(topic, timeout=30)
+    return {p: part.leader for p, part in md.topics[topic].partitions.items()}
+
+
+def test_three_agents_list_each_other_place_leaders_by_zone_and_share_a_group(cluster, members):
+    """Three agents in two zones: each lists all three (its zone as rack); a client that names
+    its zone gets leaders in that zone; a group whose members bootstrap at different agents
+    forms one generation at one coordinator, survives kill -9 of that coordinator, and its
+    committed offsets never go backwards. The killed agent is fenced out of the registry and
+    registers again when it restarts."""
+    agents = {1: cluster(1, "zone-a"), 2: cluster(2, "zone-b"), 3: cluster(3, "zone-a")}
+    zones = {1: "zone-a", 2: "zone-b", 3: "zone-a"}
+    wait_registry(agents, zones)
+    md = ck_admin(agents[2].bootstrap).list_topics(timeout=30)
+    assert {b.id: b.port for b in md.brokers.values()} == {n: a.port for n, a in agents.items()}
+
+    n_partitions = 6
+    topic, group = unique("cluster-grp"), unique("g")
+    ck_create_topics(agents[1].bootstrap, {topic: n_partitions})
+    for agent in agents.values():
+        wait_topic(agent.bootstrap, topic, n_partitions)
+    # Leaders follow the client's zone (weir_az=, or WarpStream's ws_az=) and agree across
+    # agents; without a zone, the answering agent's zone.
+    for agent in agents.values():
+        in_a = partition_leaders(agent.bootstrap, topic, "app,weir_az=zone-a")
+        assert set(in_a.values()) == {1, 3}, in_a
+        assert set(partition_leaders(agent.bootstrap, topic, "ws_az=zone-b").values()) == {2}
+        assert in_a == partition_leaders(agents[1].bootstrap, topic, "weir_az=zone-a")
+    assert set(partition_leaders(agents[2].bootstrap, topic, "app").values()) == {2}
+
+    conf = dict(topic=topic, group=group)
+    live = [members(f"m{n}", bootstrap=agents[n].bootstrap, **conf) for n in (1, 2, 3)]
+    admin = ck_admin(agents[2].bootstrap)
+    first = wait_stable(admin, group, topic, 3, n_partitions)
+    produced = set(produce_round(agents[1].bootstrap, topic, n_partitions, 120, "before"))
+    wait_consumed(live, produced)
+    committed_before = committed(admin, group, topic, n_partitions)
+    assert all(offset > 0 for offset in committed_before.values()), committed_before
+
+    coordinator = first.coordinator.id
+    agents[coordinator].kill9()
+    killed_at = time.monotonic()
+    survivor = next(a for n, a in agents.items() if n != coordinator)
+    admin = ck_admin(survivor.bootstrap)
+    wait_registry({n: a for n, a in agents.items() if n != coordinator},
+                  {n: z for n, z in zones.items() if n != coordinator})
+    second = wait_stable(admin, group, topic, 3, n_partitions)
+    assert second.coordinator.id != coordinator
+    print(f"kill -9 of coordinator {coordinator}: the group is stable again at "
+          f"{second.coordinator.id} after {time.monotonic() - killed_at:.1f} s "
+          f"(agent timeout 2 s, lease 200 ms / 2 s)")
+    committed_after_kill = committed(admin, group, topic, n_partitions)
+    produced |= set(produce_round(survivor.bootstrap, topic, n_partitions, 120, "after"))
+    wait_consumed(live, produced)
+    committed_after = committed(admin, group, topic, n_partitions)
+    for p in range(n_partitions):
+        assert committed_before[p] <= committed_after_kill[p] <= committed_after[p], \
+            (p, committed_before, committed_after_kill, committed_after)
+    assert_never_held_twice(live)
+
+    agents[coordinator].start()
+    wait_registry(agents, zones)
+
+
+def committed(admin, group: str, topic: str, n_partitions: int) -> dict:
+    """The group's committed offsets through its coordinator: partition -> offset (-1: none)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p)
+                                                  for p in range(n_partitions)])
+    result = admin.list_consumer_group_offsets([wanted], request_timeout=15)[group]
+    return {tp.partition: tp.offset for tp in result.result(timeout=30).topic_partitions}

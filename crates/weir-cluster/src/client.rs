@@ -16,7 +16,9 @@ use tonic::{Request, Status};
 use weir_control::link::{ControlLink, DurableRecord, Forwarded, LeaderConn, LeaderStatus};
 use weir_control::{ControlError, Entry, EntryResult};
 
-use crate::proto::{BarrierReply, Empty, Record, StatusReply, SubmitReply, SubmitRequest};
+use crate::proto::{
+    BarrierReply, Empty, HeartbeatRequest, Record, StatusReply, SubmitReply, SubmitRequest,
+};
 use crate::{CLUSTER_ID_HEADER, MAX_MESSAGE_BYTES, PROTOCOL_HEADER, PROTOCOL_VERSION, SERVICE};
 
 /// Connections to other agents' control planes over gRPC.
@@ -148,11 +150,16 @@ impl GrpcConn {
         )
     }
 
-    async fn unary<Reply>(&self, method: &'static str) -> Result<Reply, ControlError>
+    async fn unary<Message, Reply>(
+        &self,
+        method: &'static str,
+        message: Message,
+    ) -> Result<Reply, ControlError>
     where
+        Message: prost::Message + Send + Sync + 'static,
         Reply: prost::Message + Default + Send + 'static,
     {
-        let request = self.request(Empty {})?;
+        let request = self.request(message)?;
         let path =
             PathAndQuery::from_maybe_shared(format!("/{SERVICE}/{method}")).expect("a valid path");
         let reply = self
@@ -162,7 +169,7 @@ impl GrpcConn {
                     .unary(
                         request,
                         path,
-                        tonic_prost::ProstCodec::<Empty, Reply>::default(),
+                        tonic_prost::ProstCodec::<Message, Reply>::default(),
                     )
                     .await
                     .map_err(|status| self.status_error(status))
@@ -271,16 +278,26 @@ impl LeaderConn for GrpcConn {
     }
 
     async fn barrier(&self) -> Result<u64, ControlError> {
-        Ok(self.unary::<BarrierReply>("Barrier").await?.durable)
+        let reply: BarrierReply = self.unary("Barrier", Empty {}).await?;
+        Ok(reply.durable)
     }
 
     async fn status(&self) -> Result<LeaderStatus, ControlError> {
-        let status = self.unary::<StatusReply>("Status").await?;
+        let status: StatusReply = self.unary("Status", Empty {}).await?;
         Ok(LeaderStatus {
             epoch: status.epoch,
             available: status.available,
             durable: status.durable,
         })
+    }
+
+    async fn heartbeat(&self, node_id: i32, incarnation: &str) -> Result<(), ControlError> {
+        let heartbeat = HeartbeatRequest {
+            node_id,
+            incarnation: incarnation.to_string(),
+        };
+        let _: Empty = self.unary("Heartbeat", heartbeat).await?;
+        Ok(())
     }
 
     async fn records(&self) -> Result<BoxStream<'static, DurableRecord>, ControlError> {

@@ -52,3 +52,12 @@ pub(crate) struct Record {
     #[prost(bytes = "vec", tag = "3")]
     pub(crate) entries: Vec<u8>,
 }
+
+/// A follower's heartbeat to the leader (RFC 0002 §5).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct HeartbeatRequest {
+    #[prost(int32, tag = "1")]
+    pub(crate) node_id: i32,
+    #[prost(string, tag = "2")]
+    pub(crate) incarnation: String,
+}

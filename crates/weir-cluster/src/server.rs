@@ -16,7 +16,9 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 use weir_control::{ControlError, ControlPlane, Entry};
 
-use crate::proto::{BarrierReply, Empty, Record, StatusReply, SubmitReply, SubmitRequest};
+use crate::proto::{
+    BarrierReply, Empty, HeartbeatRequest, Record, StatusReply, SubmitReply, SubmitRequest,
+};
 use crate::{CLUSTER_ID_HEADER, MAX_MESSAGE_BYTES, PROTOCOL_HEADER, PROTOCOL_VERSION, SERVICE};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -101,6 +103,23 @@ impl UnaryService<Empty> for StatusSvc {
                 available: status.available,
                 durable: status.durable,
             }))
+        })
+    }
+}
+
+struct HeartbeatSvc(Arc<ControlPlane>);
+
+impl UnaryService<HeartbeatRequest> for HeartbeatSvc {
+    type Response = Empty;
+    type Future = BoxFuture<Result<Response<Empty>, Status>>;
+
+    fn call(&mut self, request: Request<HeartbeatRequest>) -> Self::Future {
+        let control = self.0.clone();
+        Box::pin(async move {
+            check_peer(&control, &request)?;
+            let heartbeat = request.into_inner();
+            control.heard_from(heartbeat.node_id, &heartbeat.incarnation);
+            Ok(Response::new(Empty {}))
         })
     }
 }
@@ -265,6 +284,7 @@ where
             Ok(match method.as_str() {
                 "Status" => grpc().unary(StatusSvc(control), request).await,
                 "Barrier" => grpc().unary(BarrierSvc(control), request).await,
+                "Heartbeat" => grpc().unary(HeartbeatSvc(control), request).await,
                 "Records" => grpc().server_streaming(RecordsSvc(control), request).await,
                 "Submit" => grpc().streaming(SubmitSvc(control), request).await,
                 _ => Status::unimplemented(format!("no method {method:?}")).into_http(),

@@ -8,6 +8,7 @@ mod clock;
 pub mod failpoint;
 mod ids;
 pub mod periodic;
+pub mod placement;
 mod tier;
 
 pub use backoff::Backoff;

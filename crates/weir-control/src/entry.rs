@@ -53,6 +53,11 @@ pub enum Entry {
         /// The coordinator's wall clock: when the offsets were committed (expiry).
         #[serde(default)]
         at_ms: i64,
+        /// The committing coordinator in a cluster (RFC 0002 §7): apply refuses the commit
+        /// unless it has coordinated the group without a break since `since`. `None` (a
+        /// single agent, and records from before the registry) is not checked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coordinator: Option<CoordinatorStamp>,
     },
     /// OffsetDelete: forgets the group's offsets of these (topic, partition)s.
     DeleteGroupOffsets {
@@ -98,6 +103,36 @@ pub enum Entry {
     /// only if the index still holds it exactly where the worker read it. Since run entries
     /// (RFC 0005 §3) a swap names runs of batches, each of which becomes one index entry.
     ReplaceFiles(FileReplace),
+    /// An agent joins the cluster's registry (RFC 0002 §5), or its addresses change.
+    RegisterAgent(AgentRegistration),
+    /// The leader stopped hearing from an agent: it leaves the registry (if `incarnation` is
+    /// still the registered one).
+    FenceAgent {
+        node_id: i32,
+        incarnation: String,
+        at_ms: i64,
+    },
+}
+
+/// A `RegisterAgent` entry: who the agent is and where clients and peers reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRegistration {
+    pub node_id: i32,
+    pub incarnation: String,
+    pub zone: String,
+    pub host: String,
+    pub port: i32,
+    pub control_address: String,
+    pub at_ms: i64,
+}
+
+/// Who commits a group's offsets: an agent incarnation that has coordinated the group since
+/// registry version `since`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinatorStamp {
+    pub node_id: i32,
+    pub incarnation: String,
+    pub since: u64,
 }
 
 /// A compaction job's result: the output file and, per batch, where it was and where it is now.
@@ -269,4 +304,8 @@ pub enum EntryResult {
     /// The horizon in effect (it never moves back).
     SweepHorizon(i64),
     ReplaceFiles(Result<ReplaceOutcome, ControlError>),
+    /// The registry version after the registration.
+    RegisterAgent(Result<u64, ControlError>),
+    /// Whether the agent was fenced (false: another incarnation, or not registered).
+    FenceAgent(bool),
 }

@@ -38,6 +38,12 @@ pub enum ControlError {
     /// compaction moved it first): nothing was replaced.
     #[error("compaction conflict: {0}")]
     ReplaceConflict(String),
+    /// Another live agent holds the node id (RFC 0002 §5).
+    #[error("node id {node_id} belongs to the live agent at {address}")]
+    NodeIdTaken { node_id: i32, address: String },
+    /// The coordinator fence refused a group's offset commit (RFC 0002 §7).
+    #[error("not the group's coordinator: {0}")]
+    NotCoordinator(String),
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
     #[error("control plane is shutting down")]

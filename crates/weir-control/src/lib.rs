@@ -19,6 +19,7 @@
 //! It does not speak the Kafka protocol; callers map [`ControlError`] to Kafka error codes.
 
 pub mod configs;
+pub mod coordination;
 pub mod entry;
 pub mod error;
 pub mod gc;
@@ -35,12 +36,14 @@ pub mod sweep;
 mod test_support;
 
 pub use entry::{
-    BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, FileReplace, LogStartCause,
-    LogStartMove, OffsetCommit, ReplaceOutcome, ReplacedBatch, ReplacedRun,
+    AgentRegistration, BatchCommit, BatchOutcome, CoordinatorStamp, Entry, EntryResult, FileCommit,
+    FileReplace, LogStartCause, LogStartMove, OffsetCommit, ReplaceOutcome, ReplacedBatch,
+    ReplacedRun,
 };
 pub use error::ControlError;
-pub use plane::{ControlPlane, ControlPlaneSettings, Reservation};
+pub use plane::{AgentInfo, ControlPlane, ControlPlaneSettings, Registration, Reservation};
 pub use state::{
-    ChunkedIndex, CommittedOffset, IndexEntry, PartitionState, State, Topic, CHUNK_ENTRIES,
+    ChunkedIndex, CommittedOffset, IndexEntry, PartitionState, RegisteredAgent, Registry, State,
+    Topic, CHUNK_ENTRIES,
 };
 pub use summary::TopicSummary;

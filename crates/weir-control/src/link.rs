@@ -52,6 +52,8 @@ pub trait LeaderConn: Send + Sync {
     /// below it.
     async fn barrier(&self) -> Result<u64, ControlError>;
     async fn status(&self) -> Result<LeaderStatus, ControlError>;
+    /// Tells the leader this agent is alive (RFC 0002 §5).
+    async fn heartbeat(&self, node_id: i32, incarnation: &str) -> Result<(), ControlError>;
     /// The slots the leader makes durable from now on, in order. The stream ends when the
     /// connection breaks or the subscriber falls too far behind; slots it skipped are read
     /// from the bucket.
@@ -79,17 +81,24 @@ struct LocalNet {
     planes: HashMap<String, ControlPlane>,
     /// Agents cut off from every peer (both ways).
     cut: HashSet<String>,
+    /// Agents gone (killed): they reach nobody either, whatever their tasks still try.
+    gone: HashSet<String>,
 }
 
 impl LocalLinks {
     /// Makes the control plane at `address` reachable.
     pub fn register(&self, address: &str, plane: ControlPlane) {
-        self.lock().planes.insert(address.to_string(), plane);
+        let mut net = self.lock();
+        net.gone.remove(address);
+        net.planes.insert(address.to_string(), plane);
     }
 
-    /// The agent at `address` is gone (killed or shut down).
+    /// The agent at `address` is gone (killed or shut down): nobody reaches it, and nothing
+    /// it still runs reaches anybody.
     pub fn deregister(&self, address: &str) {
-        self.lock().planes.remove(address);
+        let mut net = self.lock();
+        net.planes.remove(address);
+        net.gone.insert(address.to_string());
     }
 
     /// Cuts the agent at `address` off its peers, or heals it. Calls in flight fail as they
@@ -118,7 +127,7 @@ impl LocalLinks {
     /// The plane at `to` as `from` reaches it now.
     fn reach(&self, from: &str, to: &str) -> Result<ControlPlane, ControlError> {
         let net = self.lock();
-        if net.cut.contains(from) || net.cut.contains(to) {
+        if net.cut.contains(from) || net.cut.contains(to) || net.gone.contains(from) {
             return Err(unreachable(to, "cut off"));
         }
         net.planes
@@ -176,6 +185,13 @@ impl LeaderConn for LocalConn {
 
     async fn status(&self) -> Result<LeaderStatus, ControlError> {
         Ok(self.links.reach(&self.me, &self.to)?.leader_status())
+    }
+
+    async fn heartbeat(&self, node_id: i32, incarnation: &str) -> Result<(), ControlError> {
+        self.links
+            .reach(&self.me, &self.to)?
+            .heard_from(node_id, incarnation);
+        Ok(())
     }
 
     async fn records(&self) -> Result<BoxStream<'static, DurableRecord>, ControlError> {

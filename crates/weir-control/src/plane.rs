@@ -34,9 +34,12 @@ use weir_storage::append::AppendableStore;
 
 mod cluster;
 mod recovery;
+mod registry;
 mod snapshot;
 
 use cluster::LeaseTask;
+pub use registry::{AgentInfo, Registration};
+use registry::{Heartbeats, LeaderConnSlot, Registrar};
 use snapshot::{SnapshotJob, SnapshotTrigger};
 
 /// Tuning of the metadata log writer.
@@ -101,6 +104,11 @@ pub struct ClusterSettings {
     pub link: Arc<dyn ControlLink>,
     /// The clock leases and renewals are timed on.
     pub clock: Arc<dyn crate::leadership::MonotonicClock>,
+    /// `cluster.agent_timeout`: the leader fences an agent it has not heard from this long.
+    pub agent_timeout: Duration,
+    /// What the member registers about itself (RFC 0002 §5); `None` keeps it out of the
+    /// registry (tests of leadership alone).
+    pub agent: Option<AgentInfo>,
 }
 
 impl ClusterSettings {
@@ -113,6 +121,8 @@ impl ClusterSettings {
             forward_timeout: Duration::from_secs(5),
             link,
             clock: Arc::new(crate::leadership::RuntimeClock),
+            agent_timeout: Duration::from_secs(10),
+            agent: None,
         }
     }
 }
@@ -175,6 +185,13 @@ pub struct ControlPlane {
     lease_ok: Arc<AtomicBool>,
     records: broadcast::Sender<DurableRecord>,
     open_claims: u32,
+    /// Heartbeats heard while leading (RFC 0002 §5).
+    heartbeats: Arc<Heartbeats>,
+    registration: watch::Receiver<Registration>,
+    /// Set by [`ControlPlane::leave`]: the registrar stops registering this member.
+    leaving: Arc<AtomicBool>,
+    /// While following: the connection to the leader (the registrar heartbeats on it).
+    leader_conn: LeaderConnSlot,
 }
 
 impl std::fmt::Debug for Command {
@@ -220,6 +237,11 @@ impl ControlPlane {
         let (role_tx, role_rx) = watch::channel(Role::Follower { epoch: 0 });
         let records = crate::link::durable_channel();
         let lease_ok = Arc::new(AtomicBool::new(true));
+        let leader_conn = LeaderConnSlot::default();
+        let heartbeats = Arc::new(Heartbeats::new(settings.cluster.as_ref().map_or_else(
+            || Arc::new(crate::leadership::RuntimeClock) as _,
+            |cluster| cluster.clock.clone(),
+        )));
         let (commands_tx, commands_rx) = mpsc::channel(4096);
         let mut writer = Writer {
             log,
@@ -232,6 +254,8 @@ impl ControlPlane {
             role_changes: Arc::default(),
             lease_ok: lease_ok.clone(),
             records: records.clone(),
+            leader_conn: leader_conn.clone(),
+            heartbeats: heartbeats.clone(),
             cluster_id,
             fence: FenceSlots::default(),
             snapshots: SnapshotTrigger::new(),
@@ -240,8 +264,14 @@ impl ControlPlane {
             Start::Lead(recovered) => Next::Lead(writer.install(*recovered)),
             Start::Follow(replica) => Next::Follow(replica),
         };
+        let cluster = writer.settings.cluster.clone();
+        let (address, clock) = (
+            writer.settings.address.clone(),
+            writer.settings.clock.clone(),
+        );
         tokio::spawn(writer.run(commands_rx, next));
-        Ok(Self {
+        let (registration_tx, registration) = watch::channel(Registration::Pending);
+        let plane = Self {
             commands: commands_tx,
             state,
             durable_seq: durable_rx,
@@ -250,7 +280,62 @@ impl ControlPlane {
             lease_ok,
             records,
             open_claims,
-        })
+            heartbeats,
+            registration,
+            leaving: Arc::default(),
+            leader_conn,
+        };
+        if let Some(cluster) = cluster {
+            if let Some(info) = cluster.agent.clone() {
+                let registrar = Registrar {
+                    plane: plane.clone(),
+                    cluster,
+                    info,
+                    address,
+                    clock,
+                    registration: registration_tx,
+                };
+                tokio::spawn(registrar.run());
+            }
+        }
+        Ok(plane)
+    }
+
+    /// The leader's side of a follower's heartbeat (RFC 0002 §5).
+    pub fn heard_from(&self, node_id: i32, incarnation: &str) {
+        self.heartbeats.heard(node_id, incarnation);
+    }
+
+    /// A clean shutdown's first step in a cluster: this member leaves the registry at once
+    /// (clients stop being sent to it) instead of when the leader stops hearing from it.
+    pub async fn leave(&self, node_id: i32, incarnation: &str, at_ms: i64) {
+        self.leaving.store(true, Ordering::SeqCst);
+        let registered = self.read(|state| {
+            state
+                .registry
+                .agents
+                .get(&node_id)
+                .is_some_and(|agent| agent.incarnation == incarnation)
+        });
+        if !registered {
+            return;
+        }
+        let entry = Entry::FenceAgent {
+            node_id,
+            incarnation: incarnation.to_string(),
+            at_ms,
+        };
+        match self.submit(entry).await {
+            Ok(_) => info!(node_id, "left the cluster's registry"),
+            Err(err) => {
+                warn!(node_id, error = %err, "could not leave the registry; the leader fences this agent when its heartbeats stop")
+            }
+        }
+    }
+
+    /// Where this member's registration stands (always `Pending` outside a cluster).
+    pub fn registration(&self) -> watch::Receiver<Registration> {
+        self.registration.clone()
     }
 
     /// Epochs opening claimed: more than one when another writer overtook a claim.
@@ -501,6 +586,10 @@ struct Writer {
     lease_ok: Arc<AtomicBool>,
     /// Durable slots, published to followers.
     records: broadcast::Sender<DurableRecord>,
+    /// A follower's connection to the leader, for the registrar's heartbeats.
+    leader_conn: LeaderConnSlot,
+    /// Shared with the registrar: a member that takes over marks the old leader gone.
+    heartbeats: Arc<Heartbeats>,
     cluster_id: String,
     /// The slots log GC must keep: recovery's fence (only recovery writes `NewEpoch`).
     fence: FenceSlots,

@@ -23,8 +23,10 @@ mod expiry;
 mod index;
 mod log_start;
 mod producers;
+mod registry;
 pub use index::{ChunkedIndex, CHUNK_ENTRIES};
 use producers::{check_sequence, record_sequence, SequenceCheck};
+pub use registry::{RegisteredAgent, Registry, CHANGES_KEPT};
 
 /// How many recent batches per producer and partition are remembered for duplicate detection,
 /// matching Kafka's limit of 5 in-flight requests for idempotent producers.
@@ -53,6 +55,9 @@ pub struct State {
     /// No file whose id time is before this commits (the orphan sweep's fence).
     #[serde(default)]
     pub sweep_horizon_ms: i64,
+    /// The cluster's live agents (RFC 0002 §5); empty for a single agent.
+    #[serde(default)]
+    pub registry: Registry,
     #[serde(skip)]
     topic_names_by_id: HashMap<TopicId, String>,
 }
@@ -231,7 +236,18 @@ impl State {
                 group,
                 offsets,
                 at_ms,
-            } => EntryResult::CommitOffsets(self.commit_offsets(group, offsets, *at_ms)),
+                coordinator,
+            } => {
+                let fence = coordinator.as_ref().map_or(Ok(()), |stamp| {
+                    self.registry.check_coordinator(group, stamp)
+                });
+                match fence {
+                    Ok(()) => {
+                        EntryResult::CommitOffsets(self.commit_offsets(group, offsets, *at_ms))
+                    }
+                    Err(err) => EntryResult::CommitOffsets(vec![Err(err); offsets.len()]),
+                }
+            }
             Entry::DeleteGroupOffsets { group, partitions } => {
                 self.delete_group_offsets(group, partitions);
                 EntryResult::DeleteGroupOffsets(Ok(()))
@@ -260,6 +276,14 @@ impl State {
                 EntryResult::SweepHorizon(self.sweep_horizon_ms)
             }
             Entry::ReplaceFiles(replace) => EntryResult::ReplaceFiles(self.replace_files(replace)),
+            Entry::RegisterAgent(agent) => {
+                EntryResult::RegisterAgent(self.registry.register(agent))
+            }
+            Entry::FenceAgent {
+                node_id,
+                incarnation,
+                at_ms: _,
+            } => EntryResult::FenceAgent(self.registry.fence(*node_id, incarnation)),
         }
     }
 

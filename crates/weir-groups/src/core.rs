@@ -481,6 +481,22 @@ impl CoordinatorCore {
         }
     }
 
+    /// Forgets a group this agent no longer coordinates (another agent took it, RFC 0002 §7):
+    /// its parked requests are answered NOT_COORDINATOR, so its members look for the new
+    /// coordinator, and a later return of the group starts from an empty group.
+    pub fn unload(&mut self, group_id: &str) -> Effects {
+        let mut effects = Effects::default();
+        if let Some(mut group) = self.groups.remove(group_id) {
+            let error =
+                GroupError::NotCoordinator(format!("group {group_id} moved to another agent"));
+            let members: Vec<String> = group.members.keys().cloned().collect();
+            for member in members {
+                group.remove_member(&member, &error, &mut effects);
+            }
+        }
+        effects
+    }
+
     /// Last step of DeleteGroups: forgets the group.
     pub fn finish_delete(&mut self, group_id: &str) {
         if self

@@ -6,7 +6,7 @@
 //!   requests are identified by a [`Token`]; their answers come back as [`Effects`].
 //! * [`service`] — the async wrapper: a oneshot channel per parked request and a timer task that
 //!   drives timeouts.
-//! * [`placement`] — which agent coordinates a group (hash of the group id over live agents).
+//! * [`coordinator_for`] — which agent coordinates a group (`weir_common::placement`).
 //!
 //! Membership lives only in the coordinator's memory. Committed offsets do not live here: they are
 //! control-plane state; this crate only validates that a commit comes from a current member.
@@ -16,7 +16,6 @@ pub mod core;
 pub mod error;
 mod group;
 mod join;
-pub mod placement;
 pub mod service;
 mod static_member;
 mod subscription;
@@ -24,6 +23,6 @@ pub mod types;
 
 pub use crate::core::{CoordinatorCore, Effects, GroupSettings};
 pub use error::GroupError;
-pub use placement::coordinator_for;
 pub use service::GroupCoordinator;
 pub use types::*;
+pub use weir_common::placement::coordinator_for;

@@ -163,6 +163,13 @@ impl GroupCoordinator {
         self.lock().core.begin_delete(group_id)
     }
 
+    /// See [`CoordinatorCore::unload`].
+    pub fn unload(&self, group_id: &str) {
+        let mut inner = self.lock();
+        let effects = inner.core.unload(group_id);
+        inner.deliver(effects);
+    }
+
     pub fn finish_delete(&self, group_id: &str) {
         self.lock().core.finish_delete(group_id);
     }

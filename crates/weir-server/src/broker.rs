@@ -1,14 +1,15 @@
 //! Settings and shared components of one agent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir_common::Clock;
+use weir_control::coordination::Coordinations;
 use weir_control::maintenance::RetentionDefaults;
 use weir_control::ControlPlane;
 use weir_fetch::FetchReader;
-use weir_groups::{coordinator_for, GroupCoordinator, GroupSettings};
+use weir_groups::{GroupCoordinator, GroupSettings};
 use weir_produce::ProducePipeline;
 
 use crate::admission::{AdmissionSettings, ProducerAdmission};
@@ -23,7 +24,11 @@ pub struct BrokerSettings {
     /// Host and port clients are told to connect to (Metadata, DescribeCluster).
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// This agent's zone (`cluster.zone`), the rack clients see.
     pub rack: Option<String>,
+    /// In a cluster, this agent's incarnation in the registry (RFC 0002 §5): brokers, leaders
+    /// and coordinators then come from the registry. `None` for a single agent.
+    pub cluster_incarnation: Option<String>,
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     /// Largest request frame accepted; checked before any allocation.
@@ -67,6 +72,7 @@ impl Default for BrokerSettings {
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,
             rack: None,
+            cluster_incarnation: None,
             auto_create_topics: true,
             default_partitions: 1,
             max_frame_bytes: 100 * 1024 * 1024,
@@ -104,6 +110,8 @@ pub struct Broker {
     /// a budget of its own so that clients that never read cannot starve produce requests.
     pub(crate) fetch_memory: Arc<ResponseBudget>,
     pub(crate) producer_admission: ProducerAdmission,
+    /// Groups this agent coordinates in a cluster, with the registry version since when.
+    pub(crate) coordinations: Mutex<Coordinations>,
     seeds: AtomicU64,
 }
 
@@ -131,23 +139,9 @@ impl Broker {
             fetch,
             groups,
             clock,
+            coordinations: Mutex::default(),
             seeds: AtomicU64::new(seed),
         }
-    }
-
-    /// Node ids of the live agents. One agent today; the registry will list them all.
-    pub(crate) fn live_agents(&self) -> Vec<i32> {
-        vec![self.settings.node_id]
-    }
-
-    /// The agent that coordinates `group_id` (hash of the group id over live agents).
-    pub(crate) fn coordinator_of(&self, group_id: &str) -> Option<i32> {
-        coordinator_for(group_id, &self.live_agents())
-    }
-
-    /// Whether this agent coordinates `group_id`.
-    pub(crate) fn coordinates(&self, group_id: &str) -> bool {
-        self.coordinator_of(group_id) == Some(self.settings.node_id)
     }
 
     /// A fresh seed for ids chosen by this agent (topic ids).

@@ -145,7 +145,7 @@ async fn route(
         }
         RequestKind::Produce(request) => produce::handle(broker, context, request).await,
         RequestKind::Fetch(request) => spawn(fetch::handle(broker, context, request)),
-        RequestKind::Metadata(request) => spawn(metadata::handle(broker, context, request)),
+        RequestKind::Metadata(request) => spawn(metadata::handle(broker, context, caller, request)),
         RequestKind::ListOffsets(request) => spawn(offsets::list_offsets(broker, context, request)),
         RequestKind::OffsetForLeaderEpoch(request) => lazy(broker, move |broker| {
             offsets::offset_for_leader_epoch(&broker, context, request)

@@ -6,6 +6,7 @@
 //! connections by a semaphore, and a malformed or unknown request closes only its own connection.
 
 mod admission;
+mod agents;
 mod broker;
 mod connection;
 mod dispatch;

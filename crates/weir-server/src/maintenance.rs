@@ -109,6 +109,7 @@ mod tests {
 
     async fn commit(broker: &Broker, group: &str, at_ms: i64) {
         let entry = Entry::CommitOffsets {
+            coordinator: None,
             group: group.into(),
             offsets: vec![OffsetCommit {
                 topic: TOPIC.into(),

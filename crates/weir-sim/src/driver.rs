@@ -9,6 +9,7 @@ mod cluster;
 mod compaction;
 mod expiry;
 mod faults;
+mod groups;
 mod loggc;
 mod report;
 mod retention;
@@ -207,6 +208,8 @@ enum Msg {
     },
     /// Something for the event trace (a DeleteRecords answer).
     Note(String),
+    /// The coordinator fence refused a group's offset commit.
+    CommitRefused(String),
 }
 
 /// A consumer of one partition: reads forward from the newest live incarnation, resetting to
@@ -324,6 +327,8 @@ struct World {
     node_by_address: BTreeMap<String, i32>,
     /// Every member's clock rate by control address.
     clock_rates: BTreeMap<String, f64>,
+    /// Cluster seeds: group coordinators committing offsets.
+    groups: groups::GroupCommits,
 }
 
 /// A bucket; `create_conflicts` (the metadata bucket's) gives it the scenario's create-only
@@ -514,6 +519,7 @@ impl World {
             cut: BTreeSet::new(),
             node_by_address: BTreeMap::new(),
             clock_rates: BTreeMap::new(),
+            groups: groups::GroupCommits::new(seed),
         }
     }
 
@@ -558,6 +564,7 @@ impl World {
             self.inject_expiry();
             self.inject_compaction_faults();
             self.inject_cluster_faults();
+            self.commit_groups().await;
             self.tick(true).await;
             if step == options.steps / 2 {
                 self.sabotage(options.sabotage).await;

@@ -21,8 +21,8 @@ pub(crate) struct ExpiryAudit {
 }
 
 impl ExpiryAudit {
-    /// Applies `entry` (of slot `seq`) to `state`, checking it.
-    pub(crate) fn apply(&mut self, state: &mut State, entry: &Entry, seq: u64) {
+    /// Applies `entry` (of slot `seq`) to `state`, checking it; its result.
+    pub(crate) fn apply(&mut self, state: &mut State, entry: &Entry, seq: u64) -> EntryResult {
         let known: BTreeSet<i64> = match entry {
             Entry::CommitFile(_) | Entry::ExpireProducers { .. } => {
                 state.producer_epochs.keys().copied().collect()
@@ -42,6 +42,7 @@ impl ExpiryAudit {
             }
             _ => {}
         }
+        result
     }
 
     /// The breaches found since the last call.

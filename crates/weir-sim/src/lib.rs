@@ -38,6 +38,7 @@ mod client;
 mod driver;
 mod expiry_audit;
 mod gate;
+mod group_audit;
 mod hold;
 mod ledger;
 mod replay;

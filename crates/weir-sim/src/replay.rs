@@ -13,6 +13,7 @@ use weir_storage::keys;
 
 use crate::archive::LogArchive;
 use crate::expiry_audit::ExpiryAudit;
+use crate::group_audit::GroupAudit;
 
 /// The durable state after every live slot, replayed from slot 0.
 pub(crate) fn replay_from_zero(archive: &LogArchive) -> Result<State, String> {
@@ -30,6 +31,8 @@ pub(crate) struct Incremental {
     state: State,
     /// Producer expiry checked on every entry applied.
     expiry: ExpiryAudit,
+    /// Group coordinators checked on every stamped offset commit.
+    groups: GroupAudit,
     highest_epoch: u64,
     next_seq: u64,
 }
@@ -44,9 +47,12 @@ impl Incremental {
         self.next_seq
     }
 
-    /// Producer expiry breaches (RFC 0003 check e) found since the last call.
+    /// Producer expiry (RFC 0003 check e) and group coordinator (GRP-1) breaches found since
+    /// the last call.
     pub(crate) fn take_breaches(&mut self) -> Vec<String> {
-        self.expiry.take()
+        let mut breaches = self.expiry.take();
+        breaches.extend(self.groups.take());
+        breaches
     }
 
     /// Applies the slots from `next_seq` up to `limit` (exclusive) or the first missing one.
@@ -72,7 +78,11 @@ impl Incremental {
             let record: LogRecord =
                 serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
             for entry in &record.entries {
-                self.expiry.apply(&mut self.state, entry, seq);
+                let before = GroupAudit::before(&self.state, entry);
+                let result = self.expiry.apply(&mut self.state, entry, seq);
+                if let Some(before) = before {
+                    self.groups.after(before, entry, &result, seq);
+                }
             }
         }
         Ok(())
@@ -116,6 +126,11 @@ pub(crate) fn compare(production: &State, independent: &State) -> Vec<String> {
             "group offsets",
             json(&production.group_offsets),
             json(&independent.group_offsets),
+        ),
+        (
+            "agent registry",
+            json(&production.registry),
+            json(&independent.registry),
         ),
     ];
     fields

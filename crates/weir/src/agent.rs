@@ -85,6 +85,9 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if let Some(node_id) = args.node_id {
         config.agent.node_id = node_id;
     }
+    if let Some(zone) = &args.zone {
+        config.agent.rack = zone.clone();
+    }
     if let Some(address) = &args.control_listen {
         config.cluster.control_listen = address.clone();
     }
@@ -143,7 +146,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     } else {
         local.ip().to_string()
     };
-    let member = Membership::bind(&config, &advertised_host, seed).await?;
+    let member = Membership::bind(&config, &advertised_host, local.port(), seed).await?;
     let kafka_address = format!("{advertised_host}:{}", local.port());
     let control = ControlPlane::open(
         metadata,
@@ -163,6 +166,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await
     .context("recovering the control plane")?;
+    let cluster_incarnation = member.as_ref().map(|m| m.settings.incarnation.clone());
     let (control_stop, control_stopped) = tokio::sync::oneshot::channel::<()>();
     let control_serving = member.map(|member| member.serve(&control, control_stopped));
     if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 {
@@ -210,6 +214,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         advertised_host,
         advertised_port: i32::from(local.port()),
         rack: (!config.agent.rack.is_empty()).then(|| config.agent.rack.clone()),
+        cluster_incarnation: cluster_incarnation.clone(),
         auto_create_topics: config.kafka.auto_create_topics,
         default_partitions: config.kafka.num_partitions,
         max_frame_bytes: config.kafka.max_frame_bytes,
@@ -240,6 +245,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         clock.clone(),
         seed,
     ));
+    let leave_clock = clock.clone();
     let wall_clock = clock;
     let server = Server::bind(&local.to_string(), broker.clone()).await?;
     info!(
@@ -319,8 +325,15 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     let serving = tokio::spawn(server.run(stop_rx));
-    wait_for_signal().await;
+    let refused = tokio::select! {
+        _ = wait_for_signal() => None,
+        address = refused_registration(control.registration()) => Some(address),
+    };
     info!("shutting down: draining connections");
+    if let Some(incarnation) = &cluster_incarnation {
+        let leave = control.leave(config.agent.node_id, incarnation, leave_clock.now_ms());
+        let _ = tokio::time::timeout(config.cluster.forward_timeout, leave).await;
+    }
     let _ = stop_tx.send(true);
     let _ = serving.await;
     let _ = retention.await;
@@ -384,7 +397,28 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         crate::report::write_final(&config.agent.storage_report, &report).await;
     }
     info!("stopped");
-    Ok(())
+    match refused {
+        Some(address) => anyhow::bail!(
+            "node id {} belongs to the live agent at {address}: give each agent its own --node-id",
+            config.agent.node_id
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Resolves when the registry refuses this agent for good (another live agent has its node
+/// id); pending for ever otherwise.
+async fn refused_registration(
+    mut registration: watch::Receiver<weir_control::Registration>,
+) -> String {
+    let refused = registration
+        .wait_for(|now| matches!(now, weir_control::Registration::Refused { .. }))
+        .await
+        .map(|now| now.clone());
+    match refused {
+        Ok(weir_control::Registration::Refused { address }) => address,
+        _ => std::future::pending().await,
+    }
 }
 
 /// This agent's name in the compaction queue.
@@ -537,6 +571,7 @@ impl Membership {
     async fn bind(
         config: &Config,
         advertised_host: &str,
+        kafka_port: u16,
         seed: u64,
     ) -> anyhow::Result<Option<Membership>> {
         let cluster = &config.cluster;
@@ -554,6 +589,12 @@ impl Membership {
             lease_renew: cluster.lease_renew,
             lease_timeout: cluster.lease_timeout,
             forward_timeout: cluster.forward_timeout,
+            agent_timeout: cluster.agent_timeout,
+            agent: Some(weir_control::AgentInfo {
+                zone: config.agent.rack.clone(),
+                host: advertised_host.to_string(),
+                port: i32::from(kafka_port),
+            }),
             ..weir_control::plane::ClusterSettings::new(
                 config.agent.node_id,
                 &format!("{seed:016x}"),

@@ -37,6 +37,8 @@ pub(crate) struct ClusterConfig {
     pub(crate) lease_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub(crate) forward_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) agent_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -534,11 +536,12 @@ impl Config {
         if !cluster.control_listen.is_empty()
             && (cluster.lease_renew.is_zero()
                 || cluster.lease_timeout < cluster.lease_renew * 3
-                || cluster.forward_timeout.is_zero())
+                || cluster.forward_timeout.is_zero()
+                || cluster.agent_timeout < cluster.lease_renew * 3)
         {
             anyhow::bail!(
-                "cluster.lease_timeout must be at least 3 × cluster.lease_renew (> 0), and \
-                 cluster.forward_timeout above 0"
+                "cluster.lease_timeout and cluster.agent_timeout must be at least \
+                 3 × cluster.lease_renew (> 0), and cluster.forward_timeout above 0"
             );
         }
         let compaction = &self.compaction;

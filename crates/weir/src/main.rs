@@ -101,6 +101,9 @@ pub(crate) struct AgentArgs {
     /// Node id reported to clients and used in the cluster (agent.node_id).
     #[arg(long)]
     node_id: Option<i32>,
+    /// The agent's zone, its rack in Metadata (agent.rack).
+    #[arg(long)]
+    zone: Option<String>,
     /// Join the cluster on the same buckets, serving the control service here
     /// (cluster.control_listen; experimental).
     #[arg(long)]

@@ -8,6 +8,7 @@ use tokio::sync::Mutex;
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
+use super::registry::LeaderConnSlot;
 use super::*;
 use crate::leadership::{
     at_start, may_take_over, read_lease, AtStart, Candidate, Lease, LeaseKeeper, LeaseState,
@@ -163,12 +164,15 @@ struct Following {
     /// The lease of the highest epoch known.
     watch: LeaseWatch,
     conn: Option<Arc<dyn LeaderConn>>,
+    /// `conn`, shared with the registrar (its heartbeats).
+    shared: LeaderConnSlot,
     records: Option<BoxStream<'static, DurableRecord>>,
 }
 
 impl Following {
     fn disconnect(&mut self) {
         self.conn = None;
+        self.shared.set(None);
         self.records = None;
     }
 
@@ -207,6 +211,7 @@ impl Writer {
             ),
             cluster,
             conn: None,
+            shared: self.leader_conn.clone(),
             records: None,
         };
         self.role_changes.fetch_add(1, Ordering::SeqCst);
@@ -242,6 +247,7 @@ impl Writer {
                 },
                 _ = tick.tick() => {
                     if let Some(position) = self.follower_tick(&mut following, &mut replica).await {
+                        following.disconnect();
                         return Some(position);
                     }
                 }
@@ -406,7 +412,17 @@ impl Writer {
             )
             .await;
         match recovered {
-            Ok(recovered) => Some(self.install(recovered)),
+            Ok(recovered) => {
+                if let LeaseState::Stale {
+                    node_id,
+                    incarnation,
+                } = &state
+                {
+                    // It stopped: it leaves the registry now, not an agent timeout later.
+                    self.heartbeats.gone(*node_id, incarnation);
+                }
+                Some(self.install(recovered))
+            }
             Err(err) => {
                 warn!(epoch, error = %err, "could not take over; following on");
                 self.publish(replica);
@@ -432,6 +448,7 @@ impl Writer {
         };
         match following.cluster.link.connect(&address) {
             Ok(conn) => {
+                following.shared.set(Some(conn.clone()));
                 following.conn = Some(conn);
                 self.subscribe(following).await;
             }

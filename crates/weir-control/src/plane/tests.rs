@@ -142,6 +142,7 @@ async fn test_plane_committed_offsets_survive_restart() {
         .unwrap();
     for round in 0..5i64 {
         let entry = Entry::CommitOffsets {
+            coordinator: None,
             group: "g".into(),
             at_ms: 0,
             offsets: (0..3)
@@ -262,6 +263,7 @@ async fn test_plane_shuts_down_while_its_log_is_unavailable() {
 
 fn commit_offset(group: &str, topic: &str, offset: i64) -> Entry {
     Entry::CommitOffsets {
+        coordinator: None,
         group: group.into(),
         at_ms: 0,
         offsets: vec![crate::entry::OffsetCommit {

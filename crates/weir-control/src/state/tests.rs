@@ -418,6 +418,7 @@ fn to_entry(op: &Op, index: usize) -> Entry {
             before_ms: *before_ms,
         },
         Op::CommitOffset(group, t, partition, offset) => Entry::CommitOffsets {
+            coordinator: None,
             group: format!("group{group}"),
             at_ms: 0,
             offsets: vec![OffsetCommit {
@@ -454,6 +455,7 @@ fn commit_offset(
     metadata: &str,
 ) -> Result<(), ControlError> {
     let entry = Entry::CommitOffsets {
+        coordinator: None,
         group: group.into(),
         at_ms: 0,
         offsets: vec![OffsetCommit {
@@ -766,4 +768,78 @@ fn test_state_file_tier_defaults_to_ingest_and_is_left_out_of_records() {
     let mut state = state_with_topic(1);
     commit(&mut state, 1, vec![batch(0, 1, (-1, -1, -1))]);
     assert_eq!(state.files[&FileId(1)].tier, Tier::Ingest);
+}
+
+#[test]
+fn test_state_coordinator_fence_refuses_a_stale_coordinators_commit_and_old_records_pass() {
+    let mut state = state_with_topic(1);
+    let register = |node_id: i32, incarnation: &str| {
+        Entry::RegisterAgent(crate::entry::AgentRegistration {
+            node_id,
+            incarnation: incarnation.into(),
+            zone: String::new(),
+            host: "127.0.0.1".into(),
+            port: 9000 + node_id,
+            control_address: String::new(),
+            at_ms: 0,
+        })
+    };
+    state.apply(&register(1, "a"));
+    let since = state.registry.version;
+    let commit =
+        |offset: i64, stamp: Option<crate::entry::CoordinatorStamp>| Entry::CommitOffsets {
+            group: "g".into(),
+            offsets: vec![OffsetCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: 0,
+                metadata: None,
+            }],
+            at_ms: 0,
+            coordinator: stamp,
+        };
+    let stamp = |node_id: i32, incarnation: &str, since: u64| {
+        Some(crate::entry::CoordinatorStamp {
+            node_id,
+            incarnation: incarnation.into(),
+            since,
+        })
+    };
+    assert_eq!(
+        state.apply(&commit(10, stamp(1, "a", since))),
+        EntryResult::CommitOffsets(vec![Ok(())])
+    );
+    // Node 1 is fenced and comes back as another incarnation: the old one's commit is refused
+    // and changes nothing.
+    state.apply(&Entry::FenceAgent {
+        node_id: 1,
+        incarnation: "a".into(),
+        at_ms: 0,
+    });
+    state.apply(&register(1, "b"));
+    let EntryResult::CommitOffsets(results) = state.apply(&commit(5, stamp(1, "a", since))) else {
+        panic!("a commit result");
+    };
+    assert!(
+        matches!(results[..], [Err(ControlError::NotCoordinator(_))]),
+        "{results:?}"
+    );
+    assert_eq!(state.committed_offset("g", "t", 0).unwrap().offset, 10);
+    // A record from before the registry (no stamp) is not checked.
+    assert_eq!(
+        state.apply(&commit(12, None)),
+        EntryResult::CommitOffsets(vec![Ok(())])
+    );
+    // A record of this build decodes, and one without the field decodes as unchecked.
+    let json = serde_json::to_string(&commit(1, stamp(1, "b", 3))).unwrap();
+    assert!(json.contains("coordinator"), "{json}");
+    let old = r#"{"CommitOffsets":{"group":"g","offsets":[],"at_ms":0}}"#;
+    assert!(matches!(
+        serde_json::from_str::<Entry>(old).unwrap(),
+        Entry::CommitOffsets {
+            coordinator: None,
+            ..
+        }
+    ));
 }

@@ -268,11 +268,19 @@ pub(crate) fn describe_cluster(
         .with_controller_id(BrokerId(settings.node_id))
         .with_endpoint_type(1)
         .with_cluster_authorized_operations(i32::MIN)
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(settings.node_id))
-            .with_host(text(settings.advertised_host.clone()))
-            .with_port(settings.advertised_port)
-            .with_rack(settings.rack.clone().map(text))]);
+        .with_brokers(
+            broker
+                .live_agents()
+                .into_iter()
+                .map(|agent| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(agent.node_id))
+                        .with_host(text(agent.host))
+                        .with_port(agent.port)
+                        .with_rack(agent.rack.map(text))
+                })
+                .collect(),
+        );
     context.encode(&response)
 }
 

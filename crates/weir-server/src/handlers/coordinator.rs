@@ -1,6 +1,6 @@
 //! FindCoordinator v0–v5 (batched keys at v4+). A group's coordinator is the agent chosen by
-//! hashing the group id over the live agents (`weir_groups::coordinator_for`). Transactions do not
-//! exist yet, so transaction keys get COORDINATOR_NOT_AVAILABLE. Listing this API also matters
+//! hashing the group id over the live agents of the registry (`weir_groups::coordinator_for`).
+//! Transactions do not exist yet, so transaction keys get COORDINATOR_NOT_AVAILABLE. Listing this API also matters
 //! beyond groups: librdkafka only enables LZ4 for brokers that advertise FindCoordinator.
 
 use bytes::Bytes;
@@ -42,19 +42,17 @@ fn locate(broker: &Broker, key_type: i8, key: &str) -> Located {
         }
         _ => return unavailable(error_code::INVALID_REQUEST, "unknown coordinator key type"),
     }
-    let settings = &broker.settings;
     match broker.coordinator_of(key) {
-        // Only this agent's address is known until the agent registry exists.
-        Some(node_id) if node_id == settings.node_id => Located {
+        Some(agent) => Located {
             error_code: error_code::NONE,
             message: None,
-            node_id,
-            host: settings.advertised_host.clone(),
-            port: settings.advertised_port,
+            node_id: agent.node_id,
+            host: agent.host,
+            port: agent.port,
         },
-        _ => unavailable(
+        None => unavailable(
             error_code::COORDINATOR_NOT_AVAILABLE,
-            "the coordinating agent is not reachable",
+            "no agent is available to coordinate",
         ),
     }
 }

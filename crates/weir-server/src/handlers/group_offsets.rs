@@ -89,9 +89,9 @@ async fn commit_codes(
     if group_id.is_empty() {
         return everyone(error_code::INVALID_GROUP_ID);
     }
-    if !broker.coordinates(&group_id) {
+    let Some(coordinator) = broker.coordination(&group_id) else {
         return everyone(error_code::NOT_COORDINATOR);
-    }
+    };
     let identity = CommitIdentity {
         group_id: group_id.clone(),
         generation_id: request.generation_id_or_member_epoch,
@@ -102,6 +102,7 @@ async fn commit_codes(
         group: group_id,
         offsets: offsets.to_vec(),
         at_ms: broker.clock.now_ms(),
+        coordinator,
     };
     let reservation = match broker.control.reserve().await {
         Ok(reservation) => reservation,
@@ -117,15 +118,21 @@ async fn commit_codes(
         Err(error) => return everyone(group_error_code(&error)),
     };
     match pending.await {
-        Ok(EntryResult::CommitOffsets(results)) => results
-            .iter()
-            .map(|result| {
-                result
-                    .as_ref()
-                    .err()
-                    .map_or(error_code::NONE, control_error_code)
-            })
-            .collect(),
+        Ok(EntryResult::CommitOffsets(results)) => {
+            if let Some(Err(ControlError::NotCoordinator(why))) = results.first() {
+                // The coordinator fence: another agent coordinated the group meanwhile.
+                broker.lost_group(&identity.group_id, why);
+            }
+            results
+                .iter()
+                .map(|result| {
+                    result
+                        .as_ref()
+                        .err()
+                        .map_or(error_code::NONE, control_error_code)
+                })
+                .collect()
+        }
         Ok(_) => everyone(error_code::UNKNOWN_SERVER_ERROR),
         Err(error) => everyone(control_error_code(&error)),
     }

@@ -1,4 +1,6 @@
-//! Metadata v0–v12: brokers (this agent), topics with partitions and topic ids, auto-create.
+//! Metadata v0–v12: brokers (every live agent, its zone as rack), topics with partitions and
+//! topic ids, auto-create. Each partition's leader is an agent of the client's zone (RFC 0002
+//! §6): `weir_az=`/`ws_az=` in its client id, else the answering agent's zone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,8 +16,9 @@ use weir_control::{ControlError, State, Topic, TopicSummary};
 use weir_protocol::error_code;
 
 use super::{control_error_code, text, topic_id, topic_name, uuid};
+use crate::agents::{client_zone, LiveAgent};
 use crate::broker::Broker;
-use crate::dispatch::RequestContext;
+use crate::dispatch::{Caller, RequestContext};
 
 /// Sentinel for "authorized operations not requested".
 const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
@@ -28,8 +31,17 @@ enum Wanted {
 pub(crate) async fn handle(
     broker: Arc<Broker>,
     context: RequestContext,
+    caller: Caller,
     request: MetadataRequest,
 ) -> Option<Bytes> {
+    let agents = broker.live_agents();
+    let zone = client_zone(&caller.client_id)
+        .map(str::to_string)
+        .or_else(|| broker.settings.rack.clone());
+    let place = Placement {
+        agents: &agents,
+        zone: zone.as_deref(),
+    };
     let wanted = wanted_topics(context.version, &request);
     let auto_create = broker.settings.auto_create_topics
         && (context.version < 4 || request.allow_auto_topic_creation);
@@ -38,11 +50,11 @@ pub(crate) async fn handle(
         None => {
             // Names, ids and partition counts only: never a partition's index under the lock.
             let all: Vec<TopicSummary> = broker.control.read(State::topic_summaries);
-            topics.extend(all.iter().map(|topic| describe(&broker, topic)));
+            topics.extend(all.iter().map(|topic| describe(&place, topic)));
         }
         Some(list) => {
             for item in list {
-                topics.push(resolve(&broker, item, auto_create).await);
+                topics.push(resolve(&broker, &place, item, auto_create).await);
             }
         }
     }
@@ -50,11 +62,18 @@ pub(crate) async fn handle(
     let cluster_id = broker.control.read(|s| s.cluster_id.clone());
     let version = context.version;
     let mut response = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(settings.node_id))
-            .with_host(text(settings.advertised_host.clone()))
-            .with_port(settings.advertised_port)
-            .with_rack(settings.rack.clone().map(text))])
+        .with_brokers(
+            agents
+                .iter()
+                .map(|agent| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(agent.node_id))
+                        .with_host(text(agent.host.clone()))
+                        .with_port(agent.port)
+                        .with_rack(agent.rack.clone().map(text))
+                })
+                .collect(),
+        )
         .with_topics(topics)
         .with_cluster_authorized_operations(OPERATIONS_NOT_REQUESTED);
     if version >= 1 {
@@ -92,14 +111,19 @@ fn wanted_topics(version: i16, request: &MetadataRequest) -> Option<Vec<Wanted>>
     )
 }
 
-async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> MetadataResponseTopic {
+async fn resolve(
+    broker: &Broker,
+    place: &Placement<'_>,
+    wanted: Wanted,
+    auto_create: bool,
+) -> MetadataResponseTopic {
     let name = match wanted {
         Wanted::Id(id) => {
             let found = broker
                 .control
                 .read(|s| s.topic_by_id(&topic_id(id)).map(Topic::summary));
             return match found {
-                Some(topic) => describe(broker, &topic),
+                Some(topic) => describe(place, &topic),
                 None => MetadataResponseTopic::default()
                     .with_topic_id(id)
                     .with_error_code(error_code::UNKNOWN_TOPIC_ID)
@@ -118,7 +142,7 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
         return error(error_code::INVALID_TOPIC_EXCEPTION);
     }
     if let Some(topic) = broker.control.read(|s| s.topic(&name).map(Topic::summary)) {
-        return describe(broker, &topic);
+        return describe(place, &topic);
     }
     if !auto_create {
         return error(error_code::UNKNOWN_TOPIC_OR_PARTITION);
@@ -136,7 +160,7 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
         Ok(_) | Err(ControlError::TopicAlreadyExists(_)) => {
             tracing::info!(topic = %name, "auto-created topic");
             match broker.control.read(|s| s.topic(&name).map(Topic::summary)) {
-                Some(topic) => describe(broker, &topic),
+                Some(topic) => describe(place, &topic),
                 None => error(error_code::UNKNOWN_TOPIC_OR_PARTITION),
             }
         }
@@ -144,10 +168,21 @@ async fn resolve(broker: &Broker, wanted: Wanted, auto_create: bool) -> Metadata
     }
 }
 
-fn describe(broker: &Broker, topic: &TopicSummary) -> MetadataResponseTopic {
-    let node = BrokerId(broker.settings.node_id);
+/// The agents partition leaders are chosen from, and the client's zone.
+struct Placement<'a> {
+    agents: &'a [LiveAgent],
+    zone: Option<&'a str>,
+}
+
+fn describe(place: &Placement<'_>, topic: &TopicSummary) -> MetadataResponseTopic {
     let partitions = (0..topic.partitions as i32)
         .map(|index| {
+            let node = BrokerId(Broker::partition_leader(
+                place.agents,
+                place.zone,
+                topic.id,
+                index,
+            ));
             MetadataResponsePartition::default()
                 .with_partition_index(index)
                 .with_leader_id(node)

@@ -55,6 +55,9 @@ pub(crate) fn control_error_code(error: &ControlError) -> i16 {
         | ControlError::ReplaceConflict(_) => error_code::KAFKA_STORAGE_ERROR,
         ControlError::OffsetMetadataTooLarge { .. } => error_code::OFFSET_METADATA_TOO_LARGE,
         ControlError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
+        ControlError::NotCoordinator(_) => error_code::NOT_COORDINATOR,
+        // Registration is the agent's own business; mapped for completeness.
+        ControlError::NodeIdTaken { .. } => error_code::UNKNOWN_SERVER_ERROR,
         ControlError::Unavailable(_) => error_code::REQUEST_TIMED_OUT,
         ControlError::ShuttingDown => error_code::NOT_LEADER_OR_FOLLOWER,
     }

@@ -500,6 +500,10 @@ impl World {
                     }
                 }
                 Msg::Note(note) => self.event(&note),
+                Msg::CommitRefused(note) => {
+                    self.report.group_commits_refused += 1;
+                    self.event(&note);
+                }
             }
         }
     }

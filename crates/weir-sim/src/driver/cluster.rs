@@ -6,10 +6,11 @@
 //! Checks, besides the auditor's (acks durable, every live agent's visible state a prefix of the
 //! durable log): after healing, exactly one leader and every agent at the same durable position;
 //! then, with the cluster healthy for several lease timeouts, no epoch claimed (a deposed leader
-//! that claims again, CTL-3, makes leadership churn).
+//! that claims again, CTL-3, makes leadership churn), and every agent's registry lists exactly
+//! the live members (RFC 0002 §5: the dead fenced, the restarted registered again).
 
 use weir_control::leadership::MonotonicClock;
-use weir_control::plane::{ClusterSettings, Role};
+use weir_control::plane::{AgentInfo, ClusterSettings, Role};
 
 use super::*;
 
@@ -84,6 +85,7 @@ impl MonotonicClock for SkewedMonotonic {
 /// A cluster member's identity and its private view of the metadata bucket.
 pub(super) struct Membership {
     pub(super) node_id: i32,
+    pub(super) incarnation: String,
     pub(super) address: String,
     /// An outage here cuts this agent (only) off the metadata bucket.
     pub(super) log_view: Arc<ModelStore>,
@@ -139,6 +141,15 @@ impl World {
             lease_renew: cluster.lease_renew,
             lease_timeout: cluster.lease_timeout,
             forward_timeout: cluster.forward_timeout,
+            // Twice the lease timeout: members' clocks run up to ±50% apart here, far more than
+            // the 3-renewal minimum of production assumes, and a live member whose heartbeats a
+            // fast leader clock counts as late would be fenced and register again.
+            agent_timeout: cluster.lease_timeout * 2,
+            agent: Some(AgentInfo {
+                zone: format!("zone-{}", node_id % 2),
+                host: address.clone(),
+                port: 9092,
+            }),
             ..ClusterSettings::new(
                 node_id,
                 &format!("incarnation-{number}"),
@@ -147,6 +158,7 @@ impl World {
         };
         let membership = Membership {
             node_id,
+            incarnation: settings.incarnation.clone(),
             address,
             log_view: log_view.clone(),
         };
@@ -304,6 +316,7 @@ impl World {
             self.tick(false).await;
         }
         self.check_claims();
+        self.check_registry();
         self.report.cluster_epochs = self.archive.claims().epochs.len() as u64;
     }
 
@@ -356,6 +369,38 @@ impl World {
                      stood still for the lease timeout {timeout:?} on its clock (longest \
                      {longest:?}, {} writes)",
                     writes.len()
+                ));
+            }
+        }
+        for message in messages {
+            self.violation(message);
+        }
+    }
+
+    /// RFC 0002 §5, once the cluster has run settled for longer than the agent timeout: every
+    /// agent's registry lists exactly the live members with their incarnations (the dead were
+    /// fenced, the live registered, one per node id).
+    fn check_registry(&mut self) {
+        let live: BTreeMap<i32, String> = self
+            .live()
+            .filter_map(|(_, inc)| inc.member.as_ref())
+            .map(|member| (member.node_id, member.incarnation.clone()))
+            .collect();
+        let mut messages = Vec::new();
+        for (_, inc) in self.live() {
+            let Some(member) = &inc.member else { continue };
+            let registry: BTreeMap<i32, String> = inc.control.read(|state| {
+                state
+                    .registry
+                    .agents
+                    .iter()
+                    .map(|(node, agent)| (*node, agent.incarnation.clone()))
+                    .collect()
+            });
+            if registry != live {
+                messages.push(format!(
+                    "registry: agent {} lists {registry:?}, the live members are {live:?}",
+                    member.address
                 ));
             }
         }

@@ -15,7 +15,8 @@ use weir_format::{FormatError, IndexEncoder, IndexRow, INDEX_BLOCK_ROWS};
 use super::{ChunkInfo, Section};
 use crate::log::FenceSlots;
 use crate::state::{
-    FileMeta, GroupOffsets, IndexEntry, PartitionState, ProducerPartitionState, State, Topic,
+    FileMeta, GroupOffsets, IndexEntry, PartitionState, ProducerPartitionState, Registry, State,
+    Topic,
 };
 
 /// Why encoding stopped.
@@ -292,6 +293,7 @@ pub(super) struct StateRef<'a> {
     group_offsets: &'a BTreeMap<String, GroupOffsets>,
     released: &'a OrdMap<FileId, FileMeta>,
     sweep_horizon_ms: i64,
+    registry: &'a Registry,
 }
 
 impl<'a> StateRef<'a> {
@@ -308,6 +310,7 @@ impl<'a> StateRef<'a> {
             group_offsets: &state.group_offsets,
             released: &state.released,
             sweep_horizon_ms: state.sweep_horizon_ms,
+            registry: &state.registry,
         }
     }
 }

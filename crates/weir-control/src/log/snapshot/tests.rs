@@ -129,6 +129,7 @@ fn rich_state(files: u32) -> State {
         );
     }
     state.apply(&Entry::CommitOffsets {
+        coordinator: None,
         group: "g".into(),
         offsets: vec![OffsetCommit {
             topic: "a".into(),
@@ -140,6 +141,16 @@ fn rich_state(files: u32) -> State {
         at_ms: T0,
     });
     state.apply(&Entry::SweepHorizon { horizon_ms: T0 - 1 });
+    state.apply(&Entry::RegisterAgent(crate::entry::AgentRegistration {
+        node_id: 4,
+        incarnation: "i".into(),
+        zone: "z".into(),
+        host: "h".into(),
+        port: 9092,
+        control_address: "h:9093".into(),
+        at_ms: T0,
+    }));
+    assert_eq!(state.registry.agents.len(), 1);
     state.mark_all_stable();
     state
 }

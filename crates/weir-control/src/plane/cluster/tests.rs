@@ -24,16 +24,25 @@ async fn try_member(
     node_id: i32,
     incarnation: &str,
 ) -> Result<Member, LogError> {
+    open_member(bucket, links, node_id, incarnation, None).await
+}
+
+async fn open_member(
+    bucket: &Arc<InMemory>,
+    links: &LocalLinks,
+    node_id: i32,
+    incarnation: &str,
+    agent: Option<AgentInfo>,
+) -> Result<Member, LogError> {
     let store =
         Arc::new(ModelStore::new(bucket.clone(), LatencyProfile::local(), node_id as u64).unwrap());
     let address = format!("agent-{node_id}-{incarnation}");
     let settings = ControlPlaneSettings {
         address: address.clone(),
-        cluster: Some(ClusterSettings::new(
-            node_id,
-            incarnation,
-            links.link_for(&address),
-        )),
+        cluster: Some(ClusterSettings {
+            agent,
+            ..ClusterSettings::new(node_id, incarnation, links.link_for(&address))
+        }),
         ..ControlPlaneSettings::default()
     };
     let plane = ControlPlane::open(store.clone(), settings, node_id as u64).await?;
@@ -310,4 +319,119 @@ async fn test_a_follower_cut_off_its_peers_claims_nothing_and_recovers_when_heal
         .await
         .unwrap();
     assert_eq!(topics(&a), vec!["healed", "t"]);
+}
+
+/// A member that registers itself (RFC 0002 §5).
+async fn registered(
+    bucket: &Arc<InMemory>,
+    links: &LocalLinks,
+    node_id: i32,
+    incarnation: &str,
+) -> Member {
+    let info = AgentInfo {
+        zone: format!("zone-{}", node_id % 2),
+        host: "127.0.0.1".into(),
+        port: 9000 + node_id,
+    };
+    open_member(bucket, links, node_id, incarnation, Some(info))
+        .await
+        .unwrap()
+}
+
+fn registry(member: &Member) -> BTreeMap<i32, String> {
+    member.plane.read(|state| {
+        state
+            .registry
+            .agents
+            .iter()
+            .map(|(node, agent)| (*node, agent.incarnation.clone()))
+            .collect()
+    })
+}
+
+fn expect(pairs: &[(i32, &str)]) -> BTreeMap<i32, String> {
+    pairs.iter().map(|(n, i)| (*n, i.to_string())).collect()
+}
+
+/// Three members that register, once every one of them lists all three.
+async fn three_registered() -> (Arc<InMemory>, LocalLinks, [Member; 3]) {
+    let bucket = Arc::new(InMemory::new());
+    let links = LocalLinks::default();
+    let a = registered(&bucket, &links, 1, "first").await;
+    let b = registered(&bucket, &links, 2, "first").await;
+    let c = registered(&bucket, &links, 3, "first").await;
+    let all = expect(&[(1, "first"), (2, "first"), (3, "first")]);
+    wait_until(MINUTE, || [&a, &b, &c].iter().all(|m| registry(m) == all))
+        .await
+        .expect("every member lists the three");
+    (bucket, links, [a, b, c])
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_members_register_a_dead_one_is_fenced_and_a_live_duplicate_is_refused() {
+    let (bucket, links, [a, b, c]) = three_registered().await;
+    assert!(matches!(
+        *b.plane.registration().borrow(),
+        Registration::Registered { .. }
+    ));
+    // Idle and healthy: heartbeats keep everyone registered.
+    tokio::time::sleep(MINUTE).await;
+    let all = expect(&[(1, "first"), (2, "first"), (3, "first")]);
+    assert_eq!(registry(&a), all);
+
+    // A follower dies: the leader fences it after the agent timeout; its restart registers.
+    kill(&links, &c);
+    let fenced = wait_until(MINUTE, || {
+        [&a, &b]
+            .iter()
+            .all(|m| registry(m) == expect(&[(1, "first"), (2, "first")]))
+    })
+    .await
+    .expect("the dead member is fenced");
+    assert!(
+        fenced >= Duration::from_secs(10),
+        "not before the agent timeout: {fenced:?}"
+    );
+    let c2 = registered(&bucket, &links, 3, "second").await;
+    let back = expect(&[(1, "first"), (2, "first"), (3, "second")]);
+    wait_until(MINUTE, || [&a, &b, &c2].iter().all(|m| registry(m) == back))
+        .await
+        .expect("the restarted member registers");
+
+    // A second live agent with node id 2: refused for good, node 2 stays registered.
+    let duplicate = registered(&bucket, &links, 2, "duplicate").await;
+    wait_until(MINUTE, || {
+        matches!(
+            *duplicate.plane.registration().borrow(),
+            Registration::Refused { .. }
+        )
+    })
+    .await
+    .expect("the duplicate is refused");
+    assert_eq!(registry(&a), back);
+
+    // A clean shutdown leaves the registry at once, and the member does not register again.
+    c2.plane.leave(3, "second", 0).await;
+    let left = expect(&[(1, "first"), (2, "first")]);
+    wait_until(Duration::from_secs(1), || registry(&a) == left)
+        .await
+        .expect("the member left");
+    tokio::time::sleep(MINUTE).await;
+    assert_eq!(registry(&a), left);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_member_that_takes_over_fences_the_old_leader_at_once() {
+    let (_bucket, links, [a, b, c]) = three_registered().await;
+    kill(&links, &a);
+    wait_until(MINUTE, || leaders(&[&b, &c]).len() == 1)
+        .await
+        .expect("a follower takes over");
+    // Fenced within a few renewals of the take-over, not an agent timeout (10 s) later.
+    let rest = expect(&[(2, "first"), (3, "first")]);
+    wait_until(Duration::from_secs(5), || {
+        [&b, &c].iter().all(|m| registry(m) == rest)
+    })
+    .await
+    .expect("the old leader is fenced at once");
 }

@@ -1,23 +1,35 @@
-//! Which agent coordinates a group: rendezvous hashing of the group id over the live agents.
+//! Which agent a key belongs to: rendezvous hashing of the key over the live agents. Group
+//! coordinators (the group id) and the partition leaders Metadata names use it.
 //!
 //! Every agent computes the same answer from the same agent list, and when an agent joins or
-//! leaves only the groups it gains or loses move. With one agent it is always that agent.
+//! leaves only the keys it gains or loses move. With one agent it is always that agent.
 
 /// The coordinator of `group_id` among `live_agents` (node ids), or `None` with no live agent.
 pub fn coordinator_for(group_id: &str, live_agents: &[i32]) -> Option<i32> {
-    live_agents
+    place(group_id.as_bytes(), live_agents)
+}
+
+/// The agent of `key` among `agents`: the one of highest weight.
+pub fn place(key: &[u8], agents: &[i32]) -> Option<i32> {
+    agents
         .iter()
         .copied()
-        .max_by_key(|agent| (weight(group_id, *agent), *agent))
+        .max_by_key(|agent| (weight(key, *agent), *agent))
+}
+
+/// Whether `agent` would take `key` from `from` (it weighs more for the key): an agent that
+/// joins takes exactly the keys it outranks their current agent for.
+pub fn outranks(key: &[u8], agent: i32, from: i32) -> bool {
+    (weight(key, agent), agent) > (weight(key, from), from)
 }
 
 /// FNV-1a over the group id and the agent id: stable across processes and releases (unlike
 /// `std`'s hasher, which is only stable within one build).
-fn weight(group_id: &str, agent: i32) -> u64 {
+fn weight(key: &[u8], agent: i32) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = OFFSET;
-    for byte in group_id.bytes().chain(agent.to_be_bytes()) {
+    for byte in key.iter().copied().chain(agent.to_be_bytes()) {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(PRIME);
     }

@@ -1,0 +1,202 @@
+//! The agents of the cluster as Kafka clients see them (RFC 0002 §6–7): the brokers Metadata
+//! and DescribeCluster list, the partition leaders Metadata names, and group coordinators.
+//!
+//! In a cluster they come from the registry in this agent's replica, so every agent answers the
+//! same; a single agent (no `cluster_incarnation`) is a cluster of itself.
+
+use weir_common::placement::{coordinator_for, place};
+use weir_common::TopicId;
+use weir_control::coordination::Coordination;
+use weir_control::CoordinatorStamp;
+
+use crate::broker::Broker;
+
+/// An agent as Metadata lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LiveAgent {
+    pub(crate) node_id: i32,
+    pub(crate) host: String,
+    pub(crate) port: i32,
+    /// Its zone; `None` when it has none.
+    pub(crate) rack: Option<String>,
+}
+
+/// The zone a client names in its `client.id`: `weir_az=<zone>`, or WarpStream's
+/// `ws_az=<zone>`, among entries separated by `,` (or `;`, or spaces).
+pub(crate) fn client_zone(client_id: &str) -> Option<&str> {
+    client_id
+        .split([',', ';', ' '])
+        .filter_map(|entry| {
+            entry
+                .strip_prefix("weir_az=")
+                .or_else(|| entry.strip_prefix("ws_az="))
+        })
+        .find(|zone| !zone.is_empty())
+}
+
+impl Broker {
+    fn me(&self) -> LiveAgent {
+        let settings = &self.settings;
+        LiveAgent {
+            node_id: settings.node_id,
+            host: settings.advertised_host.clone(),
+            port: settings.advertised_port,
+            rack: settings.rack.clone(),
+        }
+    }
+
+    /// Every live agent, by node id. Until the registry holds an agent (a single agent, or a
+    /// cluster member before the first registration is durable) this agent alone.
+    pub(crate) fn live_agents(&self) -> Vec<LiveAgent> {
+        if self.settings.cluster_incarnation.is_none() {
+            return vec![self.me()];
+        }
+        let agents: Vec<LiveAgent> = self.control.read(|state| {
+            state
+                .registry
+                .agents
+                .iter()
+                .map(|(node_id, agent)| LiveAgent {
+                    node_id: *node_id,
+                    host: agent.host.clone(),
+                    port: agent.port,
+                    rack: Some(agent.zone.clone()).filter(|zone| !zone.is_empty()),
+                })
+                .collect()
+        });
+        if agents.is_empty() {
+            vec![self.me()]
+        } else {
+            agents
+        }
+    }
+
+    /// The agent Metadata names as a partition's leader for a client in `zone`: rendezvous
+    /// hashing of (topic id, partition) over the agents of that zone (all agents when none is
+    /// in it), so every agent gives the same answer. Any agent serves any partition; this only
+    /// spreads clients over the agents near them.
+    pub(crate) fn partition_leader(
+        agents: &[LiveAgent],
+        zone: Option<&str>,
+        topic_id: TopicId,
+        partition: i32,
+    ) -> i32 {
+        let in_zone: Vec<i32> = agents
+            .iter()
+            .filter(|agent| zone.is_some() && agent.rack.as_deref() == zone)
+            .map(|agent| agent.node_id)
+            .collect();
+        let candidates = if in_zone.is_empty() {
+            agents.iter().map(|agent| agent.node_id).collect()
+        } else {
+            in_zone
+        };
+        let mut key = topic_id.0.to_vec();
+        key.extend_from_slice(&partition.to_be_bytes());
+        place(&key, &candidates).unwrap_or(-1)
+    }
+
+    /// The coordinator of `group_id` among the live agents.
+    pub(crate) fn coordinator_of(&self, group_id: &str) -> Option<LiveAgent> {
+        let agents = self.live_agents();
+        let ids: Vec<i32> = agents.iter().map(|agent| agent.node_id).collect();
+        let node_id = coordinator_for(group_id, &ids)?;
+        agents.into_iter().find(|agent| agent.node_id == node_id)
+    }
+
+    /// Whether this agent coordinates `group_id`.
+    pub(crate) fn coordinates(&self, group_id: &str) -> bool {
+        self.coordination(group_id).is_some()
+    }
+
+    /// `Some` while this agent coordinates `group_id`, with the stamp its offset commits carry
+    /// in a cluster (RFC 0002 §7). In a cluster an agent coordinates only once it is
+    /// registered; a group that another agent may have coordinated since this one last saw it
+    /// is unloaded first (its members join again), so nothing of an older generation commits.
+    pub(crate) fn coordination(&self, group_id: &str) -> Option<Option<CoordinatorStamp>> {
+        let Some(incarnation) = &self.settings.cluster_incarnation else {
+            let mine = coordinator_for(group_id, &[self.settings.node_id]);
+            return (mine == Some(self.settings.node_id)).then_some(None);
+        };
+        let mut coordinations = self.coordinations.lock().unwrap_or_else(|p| p.into_inner());
+        let checked = self.control.read(|state| {
+            coordinations.check(
+                &state.registry,
+                group_id,
+                self.settings.node_id,
+                incarnation,
+            )
+        });
+        match checked {
+            Coordination::NotMine { was_mine } => {
+                if was_mine {
+                    self.groups.unload(group_id);
+                }
+                None
+            }
+            Coordination::Mine { stamp, reload } => {
+                if reload {
+                    self.groups.unload(group_id);
+                }
+                Some(Some(stamp))
+            }
+        }
+    }
+
+    /// The coordinator fence refused a commit: the group is unloaded, and its members find
+    /// their coordinator again.
+    pub(crate) fn lost_group(&self, group_id: &str, why: &str) {
+        tracing::info!(group = group_id, why, "group moved to another agent");
+        self.coordinations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(group_id);
+        self.groups.unload(group_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_client_zone_from_client_id() {
+        assert_eq!(client_zone("app,weir_az=use1-az4"), Some("use1-az4"));
+        assert_eq!(client_zone("ws_az=b;app"), Some("b"));
+        assert_eq!(client_zone("weir_az= x"), None);
+        assert_eq!(client_zone("app"), None);
+        assert_eq!(client_zone(""), None);
+    }
+
+    fn agent(node_id: i32, zone: &str) -> LiveAgent {
+        LiveAgent {
+            node_id,
+            host: "127.0.0.1".into(),
+            port: 9000 + node_id,
+            rack: Some(zone.into()),
+        }
+    }
+
+    #[test]
+    fn test_partition_leaders_stay_in_the_clients_zone_and_spread() {
+        let agents = [agent(1, "a"), agent(2, "a"), agent(3, "b"), agent(4, "c")];
+        let topic = TopicId([7; 16]);
+        let mut in_a = std::collections::BTreeSet::new();
+        for partition in 0..64 {
+            let leader = Broker::partition_leader(&agents, Some("a"), topic, partition);
+            assert!(leader == 1 || leader == 2, "{leader} is not in zone a");
+            in_a.insert(leader);
+            assert_eq!(
+                Broker::partition_leader(&agents, Some("b"), topic, partition),
+                3
+            );
+            // A zone without agents, or none: any agent, the same for every agent asked.
+            let anywhere = Broker::partition_leader(&agents, Some("z"), topic, partition);
+            assert_eq!(
+                anywhere,
+                Broker::partition_leader(&agents, None, topic, partition)
+            );
+        }
+        assert_eq!(in_a.len(), 2, "both agents of zone a lead some partitions");
+    }
+}
