@@ -191,7 +191,9 @@ def test_three_agents_list_each_other_place_leaders_by_zone_and_share_a_group(cl
     # agents; without a zone, the answering agent's zone.
     for agent in agents.values():
         in_a = partition_leaders(agent.bootstrap, topic, "app,weir_az=zone-a")
-        assert set(in_a.values()) == {1, 3}, in_a
+        # Both agents of zone a lead some partitions unless the hash puts all six on one (the
+        # spread is checked on fixed ids in weir-server's agents tests).
+        assert set(in_a.values()) <= {1, 3}, in_a
         assert set(partition_leaders(agent.bootstrap, topic, "ws_az=zone-b").values()) == {2}
         assert in_a == partition_leaders(agents[1].bootstrap, topic, "weir_az=zone-a")
     assert set(partition_leaders(agents[2].bootstrap, topic, "app").values()) == {2}
