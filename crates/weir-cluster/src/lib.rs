@@ -19,7 +19,7 @@ pub use client::GrpcLink;
 pub use server::{serve, ControlService};
 
 /// Protocol version in every call's metadata; a peer on another version is refused.
-pub const PROTOCOL_VERSION: &str = "1";
+pub const PROTOCOL_VERSION: &str = "2";
 /// Metadata keys of the handshake.
 pub const CLUSTER_ID_HEADER: &str = "weir-cluster-id";
 pub const PROTOCOL_HEADER: &str = "weir-cluster-protocol";

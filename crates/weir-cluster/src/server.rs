@@ -14,6 +14,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::server::{Grpc, NamedService, ServerStreamingService, StreamingService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
+use weir_control::plane::Role;
 use weir_control::{ControlError, ControlPlane, Entry};
 
 use crate::proto::{
@@ -107,6 +108,9 @@ impl UnaryService<Empty> for StatusSvc {
     }
 }
 
+/// Incarnations are 16 hex digits; anything much longer is not a peer of this build.
+const MAX_INCARNATION_BYTES: usize = 256;
+
 struct HeartbeatSvc(Arc<ControlPlane>);
 
 impl UnaryService<HeartbeatRequest> for HeartbeatSvc {
@@ -118,6 +122,13 @@ impl UnaryService<HeartbeatRequest> for HeartbeatSvc {
         Box::pin(async move {
             check_peer(&control, &request)?;
             let heartbeat = request.into_inner();
+            if heartbeat.node_id < 0 || heartbeat.incarnation.len() > MAX_INCARNATION_BYTES {
+                return Err(Status::invalid_argument("malformed heartbeat"));
+            }
+            if !matches!(*control.role().borrow(), Role::Leader { .. }) {
+                // A follower pointed at a deposed leader looks for the new one.
+                return Err(Status::failed_precondition("not the control-plane leader"));
+            }
             control.heard_from(heartbeat.node_id, &heartbeat.incarnation);
             Ok(Response::new(Empty {}))
         })

@@ -12,6 +12,9 @@ use std::collections::HashMap;
 use crate::entry::CoordinatorStamp;
 use crate::state::Registry;
 
+/// Groups remembered at most; past it the map starts over (every group then reloads once).
+pub const MAX_GROUPS: usize = 100_000;
+
 /// One agent's groups, by the registry version since which it coordinates each.
 #[derive(Debug, Default)]
 pub struct Coordinations {
@@ -51,11 +54,16 @@ impl Coordinations {
                 was_mine: self.since.remove(group).is_some(),
             };
         }
+        // A group met for the first time starts over too: anything held for it in memory
+        // (from a coordination this map no longer remembers) may be of an older generation.
         let (since, reload) = match self.since.get(group) {
             Some(&since) if !registry.moved_since(group, node_id, since) => (since, false),
-            Some(_) => (registry.version, true),
-            None => (registry.version, false),
+            _ => (registry.version, true),
         };
+        if self.since.len() >= MAX_GROUPS && !self.since.contains_key(group) {
+            // Bounded whatever group ids clients ask about: forgetting only costs a reload.
+            self.since.clear();
+        }
         self.since.insert(group.to_string(), since);
         Coordination::Mine {
             stamp: CoordinatorStamp {
@@ -108,6 +116,10 @@ mod tests {
         );
         register(&mut registry, 1, "a");
         let Coordination::Mine { stamp, reload } = mine.check(&registry, &group, 1, "a") else {
+            panic!("node 1 coordinates");
+        };
+        assert!(reload, "a group met for the first time starts over");
+        let Coordination::Mine { reload, .. } = mine.check(&registry, &group, 1, "a") else {
             panic!("node 1 coordinates");
         };
         assert!(!reload);

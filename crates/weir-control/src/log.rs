@@ -101,9 +101,10 @@ pub enum LogError {
 }
 
 /// The record version this build writes. 1: the format before versions (no `v` field);
-/// 2: adds `AdvanceLogStart`, `FilesDeleted` and `State::released` (RFC 0003). A reader stops at
-/// a record newer than it knows instead of misreading it.
-pub const LOG_RECORD_VERSION: u16 = 2;
+/// 2: adds `AdvanceLogStart`, `FilesDeleted` and `State::released` (RFC 0003); 3: adds
+/// `RegisterAgent`, `FenceAgent` and `CommitOffsets`' coordinator stamp (RFC 0002). A reader
+/// stops at a record newer than it knows instead of misreading it.
+pub const LOG_RECORD_VERSION: u16 = 3;
 
 fn version_one() -> u16 {
     1

@@ -302,8 +302,11 @@ impl ControlPlane {
     }
 
     /// The leader's side of a follower's heartbeat (RFC 0002 §5).
+    /// Only a leader keeps them (a follower's map would never be pruned).
     pub fn heard_from(&self, node_id: i32, incarnation: &str) {
-        self.heartbeats.heard(node_id, incarnation);
+        if matches!(*self.role.borrow(), Role::Leader { .. }) {
+            self.heartbeats.heard(node_id, incarnation);
+        }
     }
 
     /// A clean shutdown's first step in a cluster: this member leaves the registry at once

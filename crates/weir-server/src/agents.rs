@@ -118,6 +118,8 @@ impl Broker {
             let mine = coordinator_for(group_id, &[self.settings.node_id]);
             return (mine == Some(self.settings.node_id)).then_some(None);
         };
+        // Held until the group is unloaded below, so no other request validates a commit
+        // against the old group with the new stamp in between.
         let mut coordinations = self.coordinations.lock().unwrap_or_else(|p| p.into_inner());
         let checked = self.control.read(|state| {
             coordinations.check(
@@ -147,10 +149,8 @@ impl Broker {
     /// their coordinator again.
     pub(crate) fn lost_group(&self, group_id: &str, why: &str) {
         tracing::info!(group = group_id, why, "group moved to another agent");
-        self.coordinations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .forget(group_id);
+        let mut coordinations = self.coordinations.lock().unwrap_or_else(|p| p.into_inner());
+        coordinations.forget(group_id);
         self.groups.unload(group_id);
     }
 }

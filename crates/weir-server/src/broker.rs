@@ -24,7 +24,7 @@ pub struct BrokerSettings {
     /// Host and port clients are told to connect to (Metadata, DescribeCluster).
     pub advertised_host: String,
     pub advertised_port: i32,
-    /// This agent's zone (`cluster.zone`), the rack clients see.
+    /// This agent's zone (`agent.rack`, `--zone`), the rack clients see.
     pub rack: Option<String>,
     /// In a cluster, this agent's incarnation in the registry (RFC 0002 §5): brokers, leaders
     /// and coordinators then come from the registry. `None` for a single agent.

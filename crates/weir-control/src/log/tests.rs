@@ -328,27 +328,29 @@ async fn test_log_record_versions_old_current_and_newer() {
     let log = LogStore::new(store.clone(), 1);
     log.recover("a", "cluster").await.unwrap();
     let unversioned = br#"{"entries":[{"DeleteGroup":{"group":"g"}}]}"#;
+    // Version 2 (before the registry, RFC 0002): its CommitOffsets carry no coordinator.
+    let v2 = br#"{"v":2,"entries":[{"CommitOffsets":{"group":"g","offsets":[],"at_ms":0}}]}"#;
     let current = serde_json::to_vec(&LogRecord::new(vec![create("kept", 1)])).unwrap();
-    assert!(String::from_utf8_lossy(&current).contains(r#""v":2"#));
-    for (seq, payload) in [(1, &unversioned[..]), (2, &current[..])] {
+    assert!(String::from_utf8_lossy(&current).contains(r#""v":3"#));
+    for (seq, payload) in [(1, &unversioned[..]), (2, &v2[..]), (3, &current[..])] {
         let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, seq, payload).unwrap();
         log.write_slot(seq, 1, bytes).await.unwrap();
     }
     let replayed = LogStore::new(store.clone(), 1).replay().await.unwrap();
     assert!(replayed.state.topic("kept").is_some());
     let newer = [
-        br#"{"v":3,"entries":[{"DeleteGroup":{"group":"g"}}]}"#.to_vec(),
-        br#"{"v":3,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
+        br#"{"v":4,"entries":[{"DeleteGroup":{"group":"g"}}]}"#.to_vec(),
+        br#"{"v":4,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
     ];
     for payload in newer {
-        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 3, &payload).unwrap();
+        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 4, &payload).unwrap();
         store
-            .put(&keys::meta_log(3), PutPayload::from(bytes))
+            .put(&keys::meta_log(4), PutPayload::from(bytes))
             .await
             .unwrap();
         let err = LogStore::new(store.clone(), 1).replay().await.unwrap_err();
         assert!(
-            matches!(err, LogError::NewerFormat { version: 3, .. }),
+            matches!(err, LogError::NewerFormat { version: 4, .. }),
             "{err:?}"
         );
         assert!(err.to_string().contains("newer Weir"), "{err}");

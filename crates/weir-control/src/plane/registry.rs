@@ -19,7 +19,7 @@ use crate::link::LeaderConn;
 /// What an agent tells the registry about itself besides its node id and control address.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentInfo {
-    /// `cluster.zone` (the rack clients see; may be empty).
+    /// `agent.rack` (`--zone`: the rack clients see; may be empty).
     pub zone: String,
     /// The Kafka address clients are told to connect to.
     pub host: String,
@@ -33,8 +33,9 @@ pub enum Registration {
     Pending,
     /// In the registry since this version.
     Registered { since: u64 },
-    /// Another live agent holds the node id: it kept heartbeating for longer than the agent
-    /// timeout while this one asked to register, so it is not a dead predecessor.
+    /// Another agent holds the node id and was not fenced for longer than a failover and the
+    /// agent timeout while this one kept asking (with a leader answering): not a dead
+    /// predecessor.
     Refused { address: String },
 }
 
@@ -246,6 +247,8 @@ impl Registrar {
         }
         self.registration.send_if_modified(replace_pending);
         if !*self.plane.available.borrow() {
+            // Nobody can fence a dead predecessor meanwhile: patience starts again.
+            *refused_since = None;
             return;
         }
         let entry = Entry::RegisterAgent(AgentRegistration {
@@ -293,7 +296,10 @@ impl Registrar {
                 }
             }
             Ok(other) => warn!(?other, "unexpected result of a registration"),
-            Err(err) => debug!(error = %err, "could not register; retrying"),
+            Err(err) => {
+                *refused_since = None;
+                debug!(error = %err, "could not register; retrying");
+            }
         }
     }
 }

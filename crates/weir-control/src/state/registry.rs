@@ -30,7 +30,7 @@ pub struct Registry {
 pub struct RegisteredAgent {
     /// The process start it belongs to.
     pub incarnation: String,
-    /// Its zone (`cluster.zone`), the rack Metadata gives clients; may be empty.
+    /// Its zone (`agent.rack`, `--zone`), the rack Metadata gives clients; may be empty.
     pub zone: String,
     /// The address Kafka clients are told to connect to.
     pub host: String,
