@@ -164,7 +164,8 @@ def test_compaction_off_keeps_ingest_files(agent_factory, monkeypatch):
     root = agent.data_dir.parent / "buckets"
     dirs, layout = bucket_layout(root)
     agent.start(extra_args=layout + ["--no-compaction"])
-    assert "compaction is off" in agent.log_text()
+    # Logged just after the listener is up, so it may trail the start by a moment.
+    wait_until(lambda: "compaction is off" in agent.log_text(), 30, "the agent says compaction is off")
     topic = unique("nocompact")
     ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
     acked = produce_rounds(agent.bootstrap, topic, rounds=3, per_round=9, tag="c")
