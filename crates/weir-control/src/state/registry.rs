@@ -100,6 +100,14 @@ impl Registry {
         }
     }
 
+    /// Each live agent's incarnation, by node id.
+    pub fn incarnations(&self) -> BTreeMap<i32, String> {
+        self.agents
+            .iter()
+            .map(|(node, agent)| (*node, agent.incarnation.clone()))
+            .collect()
+    }
+
     pub fn node_ids(&self) -> Vec<i32> {
         self.agents.keys().copied().collect()
     }

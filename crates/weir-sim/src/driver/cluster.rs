@@ -389,14 +389,7 @@ impl World {
         let mut messages = Vec::new();
         for (_, inc) in self.live() {
             let Some(member) = &inc.member else { continue };
-            let registry: BTreeMap<i32, String> = inc.control.read(|state| {
-                state
-                    .registry
-                    .agents
-                    .iter()
-                    .map(|(node, agent)| (*node, agent.incarnation.clone()))
-                    .collect()
-            });
+            let registry = inc.control.read(|state| state.registry.incarnations());
             if registry != live {
                 messages.push(format!(
                     "registry: agent {} lists {registry:?}, the live members are {live:?}",

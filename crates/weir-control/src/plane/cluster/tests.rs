@@ -339,14 +339,7 @@ async fn registered(
 }
 
 fn registry(member: &Member) -> BTreeMap<i32, String> {
-    member.plane.read(|state| {
-        state
-            .registry
-            .agents
-            .iter()
-            .map(|(node, agent)| (*node, agent.incarnation.clone()))
-            .collect()
-    })
+    member.plane.read(|state| state.registry.incarnations())
 }
 
 fn expect(pairs: &[(i32, &str)]) -> BTreeMap<i32, String> {
