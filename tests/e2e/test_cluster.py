@@ -5,7 +5,8 @@ follow it over gRPC on 127.0.0.1. What one agent acknowledges, the others serve;
 leader loses nothing and a follower takes over once the lease times out. Every agent registers
 in the log, so Metadata and DescribeCluster from any agent list them all (zones as racks), and a
 consumer group whose members bootstrap at different agents meets at one coordinator, which may
-be killed. Compaction is off (its queue is not networked yet)."""
+be killed. Compaction runs across the cluster: the leader plans, one queue broker serves every
+agent's workers over the control service."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from conftest import _AGENTS_BY_TEST, Agent, pick_free_port, teardown_all
+from test_compaction import check_all, compacted_files, fast_compaction, produce_rounds
 from test_groups import (assert_never_held_twice, members, produce_round,  # noqa: F401
                          wait_consumed, wait_stable)
 from weirtest import (Rec, assert_acked_present, assert_dense, ck_admin, ck_consume,
@@ -43,7 +45,7 @@ def cluster(request, weir_bin, tmp_path, monkeypatch):
         zone_flags = ["--zone", zone] if zone else []
         agent = Agent(weir_bin, pick_free_port(), data, base / "agent.log",
                       ["--node-id", str(node_id), "--control-listen", "127.0.0.1:0",
-                       "--no-compaction", *zone_flags])
+                       *zone_flags])
         agents.append(agent)
         return agent.start()
 
@@ -130,6 +132,43 @@ def test_kill_9_of_the_leader_loses_nothing_and_the_follower_takes_over(cluster)
     assert joined_as(a) == "Follower"
     got_a = ck_consume(a.bootstrap, topic, range(PARTITIONS))
     assert got_a == got
+
+
+def test_one_compaction_queue_serves_every_agent(cluster, monkeypatch):
+    """Compaction in a cluster: only the leader plans, one queue broker (on whichever agent
+    took the queue first) hands jobs to the workers of both agents over the control service,
+    and what both agents acknowledged reads the same from both after the swaps."""
+    fast_compaction(monkeypatch)
+    a = cluster(1)
+    b = cluster(2)
+    assert joined_as(a) == "Leader" and joined_as(b) == "Follower"
+    topic = unique("cluster-compact")
+    ck_create_topics(a.bootstrap, {topic: 3})
+    wait_topic(b.bootstrap, topic, 3)
+    acked = []
+
+    def produce_and_compact(tag: str) -> None:
+        before = len(compacted_files(a.data_dir))
+        for round_ in range(3):
+            acked.extend(produce_rounds(a.bootstrap, topic, 3, 40, f"{tag}a{round_}"))
+            acked.extend(produce_rounds(b.bootstrap, topic, 3, 40, f"{tag}b{round_}"))
+        wait_until(lambda: len(compacted_files(a.data_dir)) > before, 90, "a compacted file")
+
+    produce_and_compact("first")
+    # Past the queue's broker timeout (10 s): a member that cannot reach the broker would have
+    # taken the queue over by now.
+    time.sleep(12)
+    produce_and_compact("second")
+    logs = {1: a.log_text(), 2: b.log_text()}
+    brokers = [node for node, log in logs.items() if "queue broker took over" in log]
+    assert len(brokers) == 1, f"one agent runs the compaction queue's broker, not {brokers}"
+    for node, log in logs.items():
+        assert "queue broker stepping down" not in log, (node, log[-4000:])
+        # Only the leader plans: no job is planned twice, so no swap is refused.
+        assert "compaction job refused" not in log, (node, log[-4000:])
+    assert any("compacted" in log for log in logs.values())
+    for agent in (a, b):
+        check_all(agent.bootstrap, topic, acked)
 
 
 def describe_nodes(bootstrap: str) -> dict:

@@ -51,8 +51,9 @@ impl GrpcLink {
     }
 }
 
-impl ControlLink for GrpcLink {
-    fn connect(&self, address: &str) -> Result<Arc<dyn LeaderConn>, ControlError> {
+impl GrpcLink {
+    /// A lazy connection to the control service at `address`.
+    pub(crate) fn conn(&self, address: &str) -> Result<GrpcConn, ControlError> {
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|err| unavailable(address, err))?
             .connect_timeout(self.timeout)
@@ -63,13 +64,19 @@ impl ControlLink for GrpcLink {
         let grpc = Grpc::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(Arc::new(GrpcConn {
+        Ok(GrpcConn {
             address: address.to_string(),
             grpc,
             cluster_id: self.cluster_id.clone(),
             timeout: self.timeout,
             submit: Mutex::new(None),
-        }))
+        })
+    }
+}
+
+impl ControlLink for GrpcLink {
+    fn connect(&self, address: &str) -> Result<Arc<dyn LeaderConn>, ControlError> {
+        Ok(Arc::new(self.conn(address)?))
     }
 
     fn cluster_id_known(&self, cluster_id: &str) {
@@ -93,7 +100,7 @@ struct SubmitStream {
     next_id: u64,
 }
 
-struct GrpcConn {
+pub(crate) struct GrpcConn {
     address: String,
     grpc: Grpc<Channel>,
     cluster_id: Arc<RwLock<String>>,
@@ -150,7 +157,7 @@ impl GrpcConn {
         )
     }
 
-    async fn unary<Message, Reply>(
+    pub(crate) async fn unary<Message, Reply>(
         &self,
         method: &'static str,
         message: Message,

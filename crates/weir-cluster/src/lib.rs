@@ -2,7 +2,9 @@
 //!
 //! One hand-written service, `weir.cluster.v1.Control`, with `prost` messages written in Rust (no
 //! `protoc` needed): `Submit` (one ordered bidirectional stream per connection: forwarded writes
-//! and their durable results), `Barrier`, `Status` and `Records` (the leader's durable slots).
+//! and their durable results), `Barrier`, `Status`, `Records` (the leader's durable slots),
+//! `Heartbeat` (the registry's liveness) and `Queue` (a call to a job queue's broker on this
+//! agent, [`QueueNetwork`]).
 //! Entries, results and errors travel in the JSON the metadata log stores them in. Every call
 //! carries the cluster id and protocol version; a peer of another cluster or version is refused
 //! with `FAILED_PRECONDITION`. Messages are bounded ([`MAX_MESSAGE_BYTES`]); a malformed one ends
@@ -13,9 +15,11 @@
 
 mod client;
 mod proto;
+mod queue;
 mod server;
 
 pub use client::GrpcLink;
+pub use queue::QueueNetwork;
 pub use server::{serve, ControlService};
 
 /// Protocol version in every call's metadata; a peer on another version is refused.

@@ -61,3 +61,20 @@ pub(crate) struct HeartbeatRequest {
     #[prost(string, tag = "2")]
     pub(crate) incarnation: String,
 }
+
+/// A request to a job queue's broker on the called agent (RFC 0005 §5): the queue's name and
+/// the request in its JSON.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct QueueCall {
+    #[prost(string, tag = "1")]
+    pub(crate) queue: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub(crate) request: Vec<u8>,
+}
+
+/// The broker's answer in its JSON.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct QueueAnswer {
+    #[prost(bytes = "vec", tag = "1")]
+    pub(crate) response: Vec<u8>,
+}

@@ -18,25 +18,27 @@ use weir_control::plane::Role;
 use weir_control::{ControlError, ControlPlane, Entry};
 
 use crate::proto::{
-    BarrierReply, Empty, HeartbeatRequest, Record, StatusReply, SubmitReply, SubmitRequest,
+    BarrierReply, Empty, HeartbeatRequest, QueueAnswer, QueueCall, Record, StatusReply,
+    SubmitReply, SubmitRequest,
 };
+use crate::queue::QueueNetwork;
 use crate::{CLUSTER_ID_HEADER, MAX_MESSAGE_BYTES, PROTOCOL_HEADER, PROTOCOL_VERSION, SERVICE};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-/// Serves `control` on `listener` until `shutdown` completes.
+/// Serves `control`, and the brokers of `queues` when given, on `listener` until `shutdown`
+/// completes.
 pub async fn serve(
     listener: TcpListener,
     control: ControlPlane,
+    queues: Option<Arc<QueueNetwork>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
+    let mut service = ControlService::new(control);
+    service.queues = queues;
     tonic::transport::Server::builder()
-        .serve_with_incoming_shutdown(
-            ControlService::new(control),
-            TcpListenerStream::new(listener),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(service, TcpListenerStream::new(listener), shutdown)
         .await
 }
 
@@ -44,12 +46,14 @@ pub async fn serve(
 #[derive(Debug, Clone)]
 pub struct ControlService {
     control: Arc<ControlPlane>,
+    queues: Option<Arc<QueueNetwork>>,
 }
 
 impl ControlService {
     pub fn new(control: ControlPlane) -> Self {
         Self {
             control: Arc::new(control),
+            queues: None,
         }
     }
 }
@@ -131,6 +135,23 @@ impl UnaryService<HeartbeatRequest> for HeartbeatSvc {
             }
             control.heard_from(heartbeat.node_id, &heartbeat.incarnation);
             Ok(Response::new(Empty {}))
+        })
+    }
+}
+
+struct QueueSvc(Arc<ControlPlane>, Option<Arc<QueueNetwork>>);
+
+impl UnaryService<QueueCall> for QueueSvc {
+    type Response = QueueAnswer;
+    type Future = BoxFuture<Result<Response<QueueAnswer>, Status>>;
+
+    fn call(&mut self, request: Request<QueueCall>) -> Self::Future {
+        let control = self.0.clone();
+        let queues = self.1.clone();
+        Box::pin(async move {
+            check_peer(&control, &request)?;
+            let answer = crate::queue::serve_call(queues.as_deref(), request.into_inner()).await?;
+            Ok(Response::new(answer))
         })
     }
 }
@@ -285,6 +306,7 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let control = self.control.clone();
+        let queues = self.queues.clone();
         let method = request
             .uri()
             .path()
@@ -298,6 +320,7 @@ where
                 "Heartbeat" => grpc().unary(HeartbeatSvc(control), request).await,
                 "Records" => grpc().server_streaming(RecordsSvc(control), request).await,
                 "Submit" => grpc().streaming(SubmitSvc(control), request).await,
+                "Queue" => grpc().unary(QueueSvc(control, queues), request).await,
                 _ => Status::unimplemented(format!("no method {method:?}")).into_http(),
             })
         })

@@ -22,6 +22,7 @@ struct Member {
     control: ControlPlane,
     address: String,
     link: GrpcLink,
+    queues: Arc<QueueNetwork>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -43,14 +44,21 @@ async fn member(bucket: &Arc<InMemory>, node_id: i32) -> Member {
         .await
         .unwrap();
     link.set_cluster_id(&control.read(|s| s.cluster_id.clone()));
+    let queues = QueueNetwork::new(&address, link.clone(), 16);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, control.clone(), async {
-        let _ = stopped.await;
-    }));
+    tokio::spawn(serve(
+        listener,
+        control.clone(),
+        Some(queues.clone()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     Member {
         control,
         address,
         link,
+        queues,
         _stop: stop,
     }
 }
@@ -268,4 +276,107 @@ async fn test_malformed_and_oversized_submits_end_their_stream_and_change_nothin
     // The server goes on serving.
     let status = leader.link.connect(&leader.address).unwrap().status().await;
     assert!(status.is_ok(), "{status:?}");
+}
+
+fn queue_settings() -> weir_objq::Settings {
+    weir_objq::Settings {
+        broker_timeout: Duration::from_millis(300),
+        write_retry: Duration::from_millis(10),
+        ..weir_objq::Settings::default()
+    }
+}
+
+/// A member of the `jobs` queue (its object in `bucket`) on `agent`.
+fn queue_member(bucket: &Arc<InMemory>, agent: &Member, id: &str) -> weir_objq::Member {
+    let cas = Arc::new(weir_objq::cas::ObjectStoreCas::new(
+        bucket.clone(),
+        object_store::path::Path::from("queue/jobs"),
+    ));
+    weir_objq::Member::new(
+        id,
+        &agent.queues.address("jobs"),
+        cas,
+        agent.queues.clone(),
+        queue_settings(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_one_queue_broker_serves_the_members_of_every_agent() {
+    let bucket = Arc::new(InMemory::new());
+    let first = member(&bucket, 1).await;
+    let second = member(&bucket, 2).await;
+    let here = queue_member(&bucket, &first, "a");
+    let there = queue_member(&bucket, &second, "b");
+    // The first push finds no broker named: its member starts one.
+    let pushed = here.push(vec!["j1".into(), "j2".into()]).await.unwrap();
+    assert!(here.runs_broker());
+    // The other agent's member reaches that broker over the control service: no takeover.
+    let more = there.push(vec!["j3".into()]).await.unwrap();
+    assert!(more[0] > pushed[1]);
+    let claimed = there.claim("b-w0").await.unwrap().expect("a job");
+    assert_eq!(claimed.payload, "j1");
+    there.ack("b-w0", claimed.id).await.unwrap();
+    assert!(
+        !there.runs_broker(),
+        "the second agent never took the queue over"
+    );
+    let state = there.snapshot().await.unwrap();
+    let left: Vec<_> = state.jobs.iter().map(|job| job.payload.as_str()).collect();
+    assert_eq!(left, ["j2", "j3"]);
+    assert_eq!(state.broker.unwrap().address, first.queues.address("jobs"));
+    // The broker's agent stops serving: the other member takes over after its broker timeout
+    // and keeps every unacked job.
+    here.stop_broker();
+    drop(first);
+    let claimed = there.claim("b-w0").await.unwrap().expect("a job");
+    assert_eq!(claimed.payload, "j2");
+    assert!(there.runs_broker());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_queue_call_with_no_broker_or_bad_json_is_an_error_status() {
+    let bucket = Arc::new(InMemory::new());
+    let agent = member(&bucket, 1).await;
+    let cluster_id = agent.control.read(|s| s.cluster_id.clone());
+    let call = |queue: &str, request: &[u8]| {
+        handshake(
+            crate::proto::QueueCall {
+                queue: queue.to_string(),
+                request: request.to_vec(),
+            },
+            &cluster_id,
+            PROTOCOL_VERSION,
+        )
+    };
+    let client = raw_client(&agent.address);
+    let ask = |request| {
+        let mut client = client.clone();
+        async move {
+            client.ready().await.unwrap();
+            client
+                .unary::<_, crate::proto::QueueAnswer, _>(
+                    request,
+                    path("Queue"),
+                    tonic_prost::ProstCodec::default(),
+                )
+                .await
+        }
+    };
+    let claim = br#"{"Claim":{"worker":"w"}}"#;
+    let nobody = ask(call("jobs", claim)).await.unwrap_err();
+    assert_eq!(nobody.code(), Code::Unavailable, "{nobody:?}");
+    let garbage = ask(call("jobs", b"{not json")).await.unwrap_err();
+    assert_eq!(garbage.code(), Code::InvalidArgument, "{garbage:?}");
+    let stranger = ask(handshake(
+        crate::proto::QueueCall {
+            queue: "jobs".into(),
+            request: claim.to_vec(),
+        },
+        "another-cluster",
+        PROTOCOL_VERSION,
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(stranger.code(), Code::FailedPrecondition);
 }

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use weir_common::{Clock, FileId, Tier};
+use weir_control::plane::Role;
 use weir_control::{ControlError, ControlPlane, Entry, EntryResult, FileReplace, ReplaceOutcome};
 use weir_objq::{Member, QueueError};
 use weir_storage::{keys, QuorumWriter};
@@ -239,17 +240,31 @@ impl Compactor {
     }
 
     /// Plans every `plan_interval` until `stop`.
+    ///
+    /// In a cluster only the control-plane leader plans (every agent's workers run jobs), so
+    /// agents do not push the same jobs each; an agent that becomes leader reads the queue
+    /// again first, so it does not plan what its predecessor queued.
     pub async fn run_planner(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut outstanding = Outstanding::default();
-        match self.queue.snapshot().await {
-            Ok(queue) => outstanding.seed(queue.jobs.iter().map(|j| j.payload.as_str())),
-            Err(err) => warn!(%err, "reading the compaction queue failed; planning afresh"),
-        }
+        let mut seeded = false;
         loop {
-            match self.plan_once(&mut outstanding).await {
-                Ok(0) => {}
-                Ok(pushed) => debug!(pushed, "compaction jobs planned"),
-                Err(err) => warn!(%err, "planning compaction failed; trying again next pass"),
+            let leads = matches!(*self.control.role().borrow(), Role::Leader { .. });
+            if !leads {
+                seeded = false;
+            } else if !seeded {
+                outstanding = Outstanding::default();
+                match self.queue.snapshot().await {
+                    Ok(queue) => outstanding.seed(queue.jobs.iter().map(|j| j.payload.as_str())),
+                    Err(err) => warn!(%err, "reading the compaction queue failed; planning afresh"),
+                }
+                seeded = true;
+            }
+            if leads {
+                match self.plan_once(&mut outstanding).await {
+                    Ok(0) => {}
+                    Ok(pushed) => debug!(pushed, "compaction jobs planned"),
+                    Err(err) => warn!(%err, "planning compaction failed; trying again next pass"),
+                }
             }
             if wait_or_stop(self.settings.plan_interval, &mut stop).await {
                 return;

@@ -69,7 +69,7 @@ pub struct Claim {
 }
 
 /// A job as a worker gets it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claimed {
     pub id: u64,
     pub payload: String,
@@ -78,8 +78,8 @@ pub struct Claimed {
     pub attempts: u32,
 }
 
-/// What a client asks the broker.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a client asks the broker (its JSON crosses the network between agents).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Appends jobs at the tail, in order.
     Push { payloads: Vec<String> },
@@ -94,7 +94,7 @@ pub enum Request {
 }
 
 /// The broker's answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     Pushed(Vec<u64>),
     Claimed(Option<Claimed>),

@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use weir_protocol::frame::{read_frame_len, read_frame_rest, FrameError};
 
 use crate::broker::Broker;
-use crate::dispatch::{dispatch, Dispatched};
+use crate::dispatch::{dispatch, ConnectionFacts, Dispatched};
 use crate::order::{Order, Sequencer};
 use crate::request_memory::MemoryCharge;
 
@@ -88,6 +88,7 @@ async fn read_requests(
     // never drains its socket pile up fetch responses.
     let fetches = Arc::new(tokio::sync::Semaphore::new(1));
     let mut sequencer = Sequencer::new();
+    let facts = ConnectionFacts::default();
     loop {
         let frame = tokio::select! {
             _ = shutdown.changed() => return,
@@ -121,7 +122,7 @@ async fn read_requests(
                 _ = gate.wait() => {}
             }
         }
-        match dispatch(&broker, frame, peer).await {
+        match dispatch(&broker, frame, peer, &facts).await {
             Dispatched::Respond(work) => {
                 let turn = sequencer.next(order);
                 let handle = tokio::spawn(async move {

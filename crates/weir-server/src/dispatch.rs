@@ -54,6 +54,33 @@ pub(crate) struct Caller {
     pub(crate) client_id: String,
     /// Formatted as Kafka does: `/` followed by the IP address.
     pub(crate) host: String,
+    /// The rack (`client.rack`) an earlier Fetch on this connection named.
+    pub(crate) fetch_rack: Option<String>,
+}
+
+/// Longest rack id a connection remembers; longer ones are not zones of this cluster.
+const MAX_RACK_BYTES: usize = 255;
+
+/// What a connection remembers between its requests: the rack its latest Fetch named (RFC 0002
+/// §6: a client's zone when its `client.id` names none).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConnectionFacts {
+    fetch_rack: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl ConnectionFacts {
+    pub(crate) fn fetch_rack(&self) -> Option<String> {
+        self.fetch_rack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn note_fetch_rack(&self, rack: &str) {
+        if !rack.is_empty() && rack.len() <= MAX_RACK_BYTES {
+            *self.fetch_rack.lock().unwrap_or_else(|p| p.into_inner()) = Some(rack.to_string());
+        }
+    }
 }
 
 pub(crate) fn ready(response: Option<Bytes>) -> Dispatched {
@@ -64,6 +91,7 @@ pub(crate) async fn dispatch(
     broker: &Arc<Broker>,
     mut frame: Bytes,
     peer: SocketAddr,
+    facts: &ConnectionFacts,
 ) -> Dispatched {
     let prefix = match peek_request(&frame) {
         Ok(prefix) => prefix,
@@ -94,11 +122,15 @@ pub(crate) async fn dispatch(
             .map(|id| id.to_string())
             .unwrap_or_default(),
         host: format!("/{}", peer.ip()),
+        fetch_rack: facts.fetch_rack(),
     };
     let request = match RequestKind::decode(api_key, &mut frame, version) {
         Ok(request) => request,
         Err(err) => return Dispatched::Close(format!("malformed {api_key:?} v{version}: {err}")),
     };
+    if let RequestKind::Fetch(fetch) = &request {
+        facts.note_fetch_rack(fetch.rack_id.as_str());
+    }
     route(broker, context, caller, request).await
 }
 

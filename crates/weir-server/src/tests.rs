@@ -34,7 +34,7 @@ use weir_produce::{
 use weir_protocol::batch::{build_test_batch, split_and_validate};
 use weir_storage::{QuorumWriter, ReadCache};
 
-use crate::dispatch::{dispatch, Dispatched, RequestContext};
+use crate::dispatch::{dispatch, ConnectionFacts, Dispatched, RequestContext};
 use crate::handlers::fetch;
 use crate::{Broker, BrokerSettings, Server};
 
@@ -67,23 +67,10 @@ async fn broker_with(
     batches: usize,
     connections_max_idle: Duration,
 ) -> (Arc<Broker>, usize) {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
         .await
         .unwrap();
-    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
-    let cache = Arc::new(ReadCache::new(64 * 1024 * 1024));
-    let produce = ProducePipeline::start(
-        ProduceSettings::default(),
-        writer.clone(),
-        control.clone(),
-        cache.clone(),
-        clock.clone(),
-        5,
-    );
-    let fetch_reader = FetchReader::new(control.clone(), writer, cache);
     let settings = BrokerSettings {
         max_frame_bytes: budget,
         max_inflight_request_bytes: budget,
@@ -91,14 +78,7 @@ async fn broker_with(
         connections_max_idle,
         ..BrokerSettings::default()
     };
-    let broker = Arc::new(Broker::new(
-        settings,
-        control.clone(),
-        produce,
-        fetch_reader,
-        clock,
-        11,
-    ));
+    let broker = broker_over(&control, settings);
     let topic_id = control
         .create_topic(TOPIC, 1, BTreeMap::new(), 77)
         .await
@@ -119,6 +99,31 @@ async fn broker_with(
         );
     }
     (broker, batch.len())
+}
+
+/// A broker over `control`, with one in-memory ingest bucket.
+fn broker_over(control: &ControlPlane, settings: BrokerSettings) -> Arc<Broker> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
+    let cache = Arc::new(ReadCache::new(64 * 1024 * 1024));
+    let produce = ProducePipeline::start(
+        ProduceSettings::default(),
+        writer.clone(),
+        control.clone(),
+        cache.clone(),
+        clock.clone(),
+        5,
+    );
+    let fetch_reader = FetchReader::new(control.clone(), writer, cache);
+    Arc::new(Broker::new(
+        settings,
+        control.clone(),
+        produce,
+        fetch_reader,
+        clock,
+        11,
+    ))
 }
 
 fn fetch_request(offset: i64, max_bytes: i32) -> FetchRequest {
@@ -412,6 +417,46 @@ async fn test_idle_and_unread_connections_are_closed() {
     serving.await.unwrap();
 }
 
+/// A request frame as a connection reads it (without the length prefix).
+fn request_frame<R: Encodable>(key: ApiKey, version: i16, request: &R) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(5)
+        .with_client_id(Some(StrBytes::from_static_str("weir-test")));
+    let mut frame = BytesMut::new();
+    encode_request_header_into_buffer(&mut frame, &header).unwrap();
+    request.encode(&mut frame, version).unwrap();
+    frame.freeze()
+}
+
+/// A Fetch naming a rack (`client.rack`, v11+) sets the zone later Metadata requests on the
+/// same connection are answered for (when their client id names none); an empty or absurdly
+/// long rack changes nothing, and another connection knows nothing of it.
+#[tokio::test]
+async fn test_a_connection_remembers_the_rack_its_fetches_name() {
+    let (broker, _) = broker_with_data(1024 * 1024, 2, 1).await;
+    let peer = "127.0.0.1:1".parse().unwrap();
+    let facts = ConnectionFacts::default();
+    let fetch = |rack: &str| {
+        request_frame(
+            ApiKey::Fetch,
+            11,
+            &fetch_request(0, 1024).with_rack_id(StrBytes::from_string(rack.to_string())),
+        )
+    };
+    assert_eq!(facts.fetch_rack(), None);
+    assert!(matches!(
+        dispatch(&broker, fetch("zone-b"), peer, &facts).await,
+        Dispatched::Respond(_)
+    ));
+    assert_eq!(facts.fetch_rack().as_deref(), Some("zone-b"));
+    dispatch(&broker, fetch(&"x".repeat(300)), peer, &facts).await;
+    dispatch(&broker, fetch(""), peer, &facts).await;
+    assert_eq!(facts.fetch_rack().as_deref(), Some("zone-b"));
+    assert_eq!(ConnectionFacts::default().fetch_rack(), None);
+}
+
 /// One request through `dispatch` (as a connection would hand it over); returns the response
 /// body after the length prefix, correlation id and (flexible versions) header tags.
 async fn roundtrip<R: Encodable>(
@@ -421,16 +466,9 @@ async fn roundtrip<R: Encodable>(
     request: &R,
     response_header_version: i16,
 ) -> Bytes {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(5)
-        .with_client_id(Some(StrBytes::from_static_str("weir-test")));
-    let mut frame = BytesMut::new();
-    encode_request_header_into_buffer(&mut frame, &header).unwrap();
-    request.encode(&mut frame, version).unwrap();
+    let frame = request_frame(key, version, request);
     let peer = "127.0.0.1:1".parse().unwrap();
-    let Dispatched::Respond(work) = dispatch(broker, frame.freeze(), peer).await else {
+    let Dispatched::Respond(work) = dispatch(broker, frame, peer, &Default::default()).await else {
         panic!("{key:?} v{version}: the connection was closed");
     };
     let mut response = work.await.expect("a response");
@@ -585,4 +623,67 @@ async fn test_a_fetch_through_a_lagging_follower_waits_for_its_replica() {
         records_in(frame) > 0,
         "the second batch, not OFFSET_OUT_OF_RANGE"
     );
+}
+
+/// DescribeConfigs of another agent's broker resource answers from the cluster's registry (its
+/// address and zone); a node id the registry does not hold is INVALID_REQUEST.
+#[tokio::test]
+async fn test_describe_configs_of_another_agent_reads_the_registry() {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+    use weir_control::{AgentRegistration, Entry};
+    let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
+        .await
+        .unwrap();
+    for (node_id, zone) in [(1, "zone-a"), (2, "zone-b")] {
+        let registration = AgentRegistration {
+            node_id,
+            incarnation: format!("i{node_id}"),
+            zone: zone.to_string(),
+            host: format!("10.0.0.{node_id}"),
+            port: 9000 + node_id,
+            control_address: format!("10.0.0.{node_id}:7000"),
+            at_ms: 0,
+        };
+        control
+            .submit(Entry::RegisterAgent(registration))
+            .await
+            .unwrap();
+    }
+    let settings = BrokerSettings {
+        node_id: 1,
+        cluster_incarnation: Some("i1".into()),
+        ..BrokerSettings::default()
+    };
+    let broker = broker_over(&control, settings);
+    let resource = |name: &str| {
+        DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configuration_keys(None)
+    };
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![resource("2"), resource("7")]);
+    let mut body = roundtrip(&broker, ApiKey::DescribeConfigs, 1, &request, 0).await;
+    let response = DescribeConfigsResponse::decode(&mut body, 1).unwrap();
+    let [other, unknown] = &response.results[..] else {
+        panic!("{response:?}");
+    };
+    assert_eq!(other.error_code, 0, "{other:?}");
+    let value = |name: &str| {
+        other
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == name)
+            .and_then(|c| c.value.as_ref())
+            .map(|v| v.to_string())
+    };
+    assert_eq!(value("broker.id").as_deref(), Some("2"));
+    assert_eq!(
+        value("advertised.listeners").as_deref(),
+        Some("PLAINTEXT://10.0.0.2:9002")
+    );
+    assert_eq!(value("broker.rack").as_deref(), Some("zone-b"));
+    assert_eq!(unknown.error_code, 42, "{unknown:?}");
 }

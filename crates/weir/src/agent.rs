@@ -167,6 +167,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     .await
     .context("recovering the control plane")?;
     let cluster_incarnation = member.as_ref().map(|m| m.settings.incarnation.clone());
+    let queues = member.as_ref().map(|m| m.queues.clone());
     let (control_stop, control_stopped) = tokio::sync::oneshot::channel::<()>();
     let control_serving = member.map(|member| member.serve(&control, control_stopped));
     if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 {
@@ -260,6 +261,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         &buckets,
         control.clone(),
         writer.clone(),
+        queues,
         wall_clock.clone(),
         seed,
     )
@@ -429,12 +431,14 @@ fn compactor_member_id(config: &Config) -> String {
 /// The compaction planner and workers (RFC 0005), when compaction is on and a regional bucket
 /// is configured. The job queue lives in the metadata bucket: through its compare-and-set
 /// (checked first), or for a `file://` metadata bucket through the local compare-and-set on
-/// the same directory.
+/// the same directory. In a cluster its broker is reached over the control service
+/// (`queues`), so one broker serves every agent; alone, in process.
 async fn start_compaction(
     config: &Config,
     buckets: &Buckets,
     control: ControlPlane,
     ingest: Arc<QuorumWriter>,
+    queues: Option<Arc<weir_cluster::QueueNetwork>>,
     clock: Arc<dyn Clock>,
     seed: u64,
 ) -> anyhow::Result<Option<Arc<weir_compactor::Compactor>>> {
@@ -468,11 +472,18 @@ async fn start_compaction(
         ))
     };
     let queue_settings = config.compaction.queue_settings();
+    let (address, network): (String, Arc<dyn weir_objq::Network>) = match queues {
+        Some(queues) => (queues.address("compaction"), queues),
+        None => (
+            "local".to_string(),
+            weir_objq::LocalNetwork::new(&queue_settings),
+        ),
+    };
     let member = Arc::new(weir_objq::Member::new(
         &compactor_member_id(config),
-        "local",
+        &address,
         cas,
-        weir_objq::LocalNetwork::new(&queue_settings),
+        network,
         queue_settings,
     ));
     info!(
@@ -564,6 +575,8 @@ struct Membership {
     listener: tokio::net::TcpListener,
     address: String,
     link: weir_cluster::GrpcLink,
+    /// The job queues' network: the compaction queue's broker serves every agent's members.
+    queues: Arc<weir_cluster::QueueNetwork>,
     settings: weir_control::plane::ClusterSettings,
 }
 
@@ -585,6 +598,11 @@ impl Membership {
             })?;
         let address = format!("{advertised_host}:{}", listener.local_addr()?.port());
         let link = weir_cluster::GrpcLink::new(cluster.forward_timeout);
+        let queues = weir_cluster::QueueNetwork::new(
+            &address,
+            link.clone(),
+            config.compaction.queue_settings().inbox,
+        );
         let settings = weir_control::plane::ClusterSettings {
             lease_renew: cluster.lease_renew,
             lease_timeout: cluster.lease_timeout,
@@ -605,6 +623,7 @@ impl Membership {
             listener,
             address,
             link,
+            queues,
             settings,
         }))
     }
@@ -629,7 +648,8 @@ impl Membership {
             let stopped = async {
                 let _ = stop.await;
             };
-            if let Err(err) = weir_cluster::serve(self.listener, control, stopped).await {
+            let served = weir_cluster::serve(self.listener, control, Some(self.queues), stopped);
+            if let Err(err) = served.await {
                 tracing::error!(error = %err, "the control service stopped");
             }
         })

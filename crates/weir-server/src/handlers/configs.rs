@@ -50,10 +50,12 @@ pub(crate) fn describe_configs(
                 {
                     Ok(broker_configs(broker))
                 }
-                RESOURCE_BROKER => Err((
-                    error_code::INVALID_REQUEST,
-                    format!("unknown broker {name}"),
-                )),
+                RESOURCE_BROKER => registered_broker_configs(broker, &name).ok_or_else(|| {
+                    (
+                        error_code::INVALID_REQUEST,
+                        format!("unknown broker {name}"),
+                    )
+                }),
                 other => Err((
                     error_code::INVALID_REQUEST,
                     format!("resource type {other} is not supported"),
@@ -138,21 +140,61 @@ pub(crate) fn default_value(settings: &BrokerSettings, config: &ConfigKey) -> St
     }
 }
 
-fn broker_configs(broker: &Broker) -> Vec<Described> {
-    let settings = &broker.settings;
-    let entry = |name: &str, value: String, config_type: i8, doc: &str| Described {
+fn broker_entry(name: &str, value: String, config_type: i8, doc: &str) -> Described {
+    Described {
         name: name.to_string(),
         value,
         source: SOURCE_STATIC_BROKER,
         config_type,
         doc: doc.to_string(),
-    };
+    }
+}
+
+/// Another agent of the cluster, as the registry in this agent's replica knows it: its id,
+/// address and zone (its own settings are its own to answer).
+fn registered_broker_configs(broker: &Broker, name: &str) -> Option<Vec<Described>> {
+    let node_id: i32 = name.parse().ok()?;
+    let agent = broker
+        .live_agents()
+        .into_iter()
+        .find(|agent| agent.node_id == node_id)?;
+    Some(vec![
+        broker_entry(
+            "broker.id",
+            agent.node_id.to_string(),
+            TYPE_INT,
+            "Node id of the agent (from the cluster's registry).",
+        ),
+        broker_entry(
+            "advertised.listeners",
+            format!("PLAINTEXT://{}:{}", agent.host, agent.port),
+            TYPE_STRING,
+            "Address clients connect to (from the cluster's registry).",
+        ),
+        broker_entry(
+            "broker.rack",
+            agent.rack.unwrap_or_default(),
+            TYPE_STRING,
+            "Zone of the agent (from the cluster's registry).",
+        ),
+    ])
+}
+
+fn broker_configs(broker: &Broker) -> Vec<Described> {
+    let settings = &broker.settings;
+    let entry = broker_entry;
     vec![
         entry(
             "broker.id",
             settings.node_id.to_string(),
             TYPE_INT,
             "Node id this agent advertises.",
+        ),
+        entry(
+            "broker.rack",
+            settings.rack.clone().unwrap_or_default(),
+            TYPE_STRING,
+            "Zone of this agent (agent.rack, --zone).",
         ),
         entry(
             "advertised.listeners",

@@ -1,6 +1,7 @@
 //! Metadata v0–v12: brokers (every live agent, its zone as rack), topics with partitions and
 //! topic ids, auto-create. Each partition's leader is an agent of the client's zone (RFC 0002
-//! §6): `weir_az=`/`ws_az=` in its client id, else the answering agent's zone.
+//! §6): `weir_az=`/`ws_az=` in its client id, else the rack an earlier Fetch on the connection
+//! named (`client.rack`), else the answering agent's zone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub(crate) async fn handle(
     let agents = broker.live_agents();
     let zone = client_zone(&caller.client_id)
         .map(str::to_string)
+        .or(caller.fetch_rack)
         .or_else(|| broker.settings.rack.clone());
     let place = Placement {
         agents: &agents,
