@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from conftest import _AGENTS_BY_TEST, Agent, pick_free_port, teardown_all
+from peerproxy import PeerProxy
 from test_compaction import check_all, compacted_files, fast_compaction, produce_rounds
 from test_groups import (assert_never_held_twice, members, produce_round,  # noqa: F401
                          wait_consumed, wait_stable)
@@ -40,12 +41,12 @@ def cluster(request, weir_bin, tmp_path, monkeypatch):
     # Their logs are attached to a failed test's report, as agent_factory's are.
     _AGENTS_BY_TEST[request.node.nodeid] = agents
 
-    def make(node_id: int, zone: str = "") -> Agent:
+    def make(node_id: int, zone: str = "", control: str = "127.0.0.1:0", extra=()) -> Agent:
         base = tmp_path / f"node{node_id}"
         zone_flags = ["--zone", zone] if zone else []
         agent = Agent(weir_bin, pick_free_port(), data, base / "agent.log",
-                      ["--node-id", str(node_id), "--control-listen", "127.0.0.1:0",
-                       *zone_flags])
+                      ["--node-id", str(node_id), "--control-listen", control,
+                       *zone_flags, *extra])
         agents.append(agent)
         return agent.start()
 
@@ -169,6 +170,80 @@ def test_one_compaction_queue_serves_every_agent(cluster, monkeypatch):
     assert any("compacted" in log for log in logs.values())
     for agent in (a, b):
         check_all(agent.bootstrap, topic, acked)
+
+
+@pytest.fixture
+def peer_proxies():
+    """make(control_port) -> a started PeerProxy in front of it; all stopped at the end."""
+    proxies: list[PeerProxy] = []
+
+    def make(control_port: int) -> PeerProxy:
+        proxies.append(PeerProxy(control_port).start())
+        return proxies[-1]
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()
+
+
+def epochs(agent: Agent) -> list[str]:
+    return sorted(p.name for p in (agent.data_dir / "bucket" / "meta" / "epoch").iterdir())
+
+
+@pytest.mark.parametrize("cut_node", [3, 1], ids=["follower", "leader"])
+def test_an_agent_cut_off_from_its_peers_claims_no_epoch_and_clients_move(
+        cluster, peer_proxies, cut_node):
+    """Each agent's control service behind a proxy it advertises (--control-advertise); one
+    agent is cut off from its peers but not from the buckets. No epoch is claimed (every agent
+    sees the lease move in the bucket). Cut off a follower (3): the leader fences it, its
+    replica (read from the bucket) lists only the other two, so its clients move to them. Cut
+    off the leader (1): it fences both followers, whose replicas then list only the leader, so
+    their clients move to it. Either way a client bootstrapped on the wrong side produces
+    successfully. Healed, the fenced agents register again."""
+    agents, proxies = {}, {}
+    for node in (1, 2, 3):
+        control_port = pick_free_port()
+        proxies[node] = peer_proxies(control_port)
+        agents[node] = cluster(node, control=f"127.0.0.1:{control_port}",
+                               extra=["--control-advertise", proxies[node].address])
+    zones = {1: None, 2: None, 3: None}
+    wait_registry(agents, zones)
+    assert joined_as(agents[1]) == "Leader"
+    topic = unique("cut-off")
+    ck_create_topics(agents[1].bootstrap, {topic: PARTITIONS})
+    for agent in agents.values():
+        wait_topic(agent.bootstrap, topic, PARTITIONS)
+    before = epochs(agents[1])
+
+    cut = agents[cut_node]
+    for node, proxy in proxies.items():
+        # Nobody reaches the cut agent, and it reaches nobody.
+        proxy.refuse({a.pid for n, a in agents.items() if n != cut_node}
+                      if node == cut_node else {cut.pid})
+    # Where clients are told to go, as seen from an agent that loses its clients.
+    listed, moved_from = ({1, 2}, agents[3]) if cut_node == 3 else ({1}, agents[2])
+
+    def lists_only_the_reachable_side() -> bool:
+        try:
+            return describe_nodes(moved_from.bootstrap).keys() == listed
+        except Exception:  # noqa: BLE001 - a DescribeCluster during the change
+            return False
+
+    wait_until(lists_only_the_reachable_side, 60, f"agents list only {listed}")
+    # A client bootstrapped there is sent to the reachable side, and its produce lands.
+    acked = ck_produce(moved_from.bootstrap, [Rec(topic, i % PARTITIONS, None, b"moved%d" % i)
+                                              for i in range(100)])
+    got = ck_consume(agents[1].bootstrap, topic, range(PARTITIONS))
+    assert_acked_present(acked, got)
+    assert sum(p.refusals for p in proxies.values()) > 0, "nobody tried to cross the cut"
+    assert epochs(agents[1]) == before, "no epoch was claimed"
+    for agent in agents.values():
+        assert "taking over" not in agent.log_text(), agent.log_tail()
+
+    for proxy in proxies.values():
+        proxy.refuse(set())
+    wait_registry(agents, zones)
+    assert epochs(agents[1]) == before
 
 
 def describe_nodes(bootstrap: str) -> dict:

@@ -91,6 +91,9 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if let Some(address) = &args.control_listen {
         config.cluster.control_listen = address.clone();
     }
+    if let Some(address) = &args.control_advertise {
+        config.cluster.control_advertise = address.clone();
+    }
     if args.no_compaction {
         config.compaction.enabled = false;
     }
@@ -596,7 +599,11 @@ impl Membership {
             .with_context(|| {
                 format!("binding the control service to {}", cluster.control_listen)
             })?;
-        let address = format!("{advertised_host}:{}", listener.local_addr()?.port());
+        let address = if cluster.control_advertise.is_empty() {
+            format!("{advertised_host}:{}", listener.local_addr()?.port())
+        } else {
+            cluster.control_advertise.clone()
+        };
         let link = weir_cluster::GrpcLink::new(cluster.forward_timeout);
         let queues = weir_cluster::QueueNetwork::new(
             &address,

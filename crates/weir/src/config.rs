@@ -31,6 +31,8 @@ pub(crate) struct Config {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClusterConfig {
     pub(crate) control_listen: String,
+    /// `host:port` peers reach the control service at ("": advertised host, bound port).
+    pub(crate) control_advertise: String,
     #[serde(with = "humantime_serde")]
     pub(crate) lease_renew: Duration,
     #[serde(with = "humantime_serde")]
@@ -542,6 +544,17 @@ impl Config {
             anyhow::bail!(
                 "cluster.lease_timeout and cluster.agent_timeout must be at least \
                  3 × cluster.lease_renew (> 0), and cluster.forward_timeout above 0"
+            );
+        }
+        if !cluster.control_advertise.is_empty()
+            && cluster
+                .control_advertise
+                .rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        {
+            bail!(
+                "cluster.control_advertise is {:?}, not host:port",
+                cluster.control_advertise
             );
         }
         let compaction = &self.compaction;

@@ -108,6 +108,10 @@ pub(crate) struct AgentArgs {
     /// (cluster.control_listen; experimental).
     #[arg(long)]
     control_listen: Option<String>,
+    /// Address other agents reach the control service at, as host:port, when not the
+    /// advertised host and the bound port (cluster.control_advertise).
+    #[arg(long)]
+    control_advertise: Option<String>,
     /// Write the object-storage counters as JSON to this file (every second and at shutdown).
     #[arg(long)]
     storage_report: Option<PathBuf>,

@@ -224,3 +224,25 @@ fn test_config_appendable_ingest_keys_and_their_bounds() {
         .to_string();
     assert!(err.contains("prewarmed_slots"), "{err}");
 }
+
+#[test]
+fn test_config_control_advertise_is_host_and_port() {
+    let load = |value: &str| {
+        Config::load(
+            None,
+            env(&[
+                ("WEIR_CLUSTER_CONTROL_LISTEN", "127.0.0.1:0"),
+                ("WEIR_CLUSTER_CONTROL_ADVERTISE", value),
+            ]),
+        )
+    };
+    let config = load("weir-0.weir.svc:9093").unwrap();
+    assert_eq!(config.cluster.control_advertise, "weir-0.weir.svc:9093");
+    assert!(
+        load("").is_ok(),
+        "empty: the advertised host and bound port"
+    );
+    for bad in ["weir-0", ":9093", "host:port", "host:70000"] {
+        assert!(load(bad).is_err(), "{bad} was accepted");
+    }
+}
