@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -83,6 +84,8 @@ struct LocalNet {
     cut: HashSet<String>,
     /// Agents gone (killed): they reach nobody either, whatever their tasks still try.
     gone: HashSet<String>,
+    /// Agents that receive the leader's durable records this late (a slow network).
+    record_delay: HashMap<String, Duration>,
 }
 
 impl LocalLinks {
@@ -110,6 +113,20 @@ impl LocalLinks {
         } else {
             net.cut.remove(address);
         }
+    }
+
+    /// The leader's durable records reach the agent at `address` `delay` late from now on
+    /// (zero: at once), so its replica trails the leader.
+    pub fn delay_records(&self, address: &str, delay: Duration) {
+        self.lock().record_delay.insert(address.to_string(), delay);
+    }
+
+    fn record_delay(&self, address: &str) -> Duration {
+        self.lock()
+            .record_delay
+            .get(address)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The links as the agent at `address` uses them.
@@ -202,6 +219,10 @@ impl LeaderConn for LocalConn {
             async move {
                 // Lagged or closed: the stream ends and the follower reads the bucket.
                 let record = receiver.recv().await.ok()?;
+                let delay = links.record_delay(&me);
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
                 links.reach(&me, &to).ok()?;
                 Some((record, receiver))
             }

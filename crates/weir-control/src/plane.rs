@@ -396,6 +396,34 @@ impl ControlPlane {
         self.send(entry, true).await
     }
 
+    /// Read-your-writes across agents (RFC 0002 §3): returns once everything the leader had
+    /// made durable when asked (so everything any agent acknowledged before this call) is in
+    /// this control plane's readable state. The leader, and a single agent, return at once;
+    /// a follower asks the leader for its durable position and waits for its replica to reach
+    /// it. Fails (`Unavailable`) when no leader answers or the replica does not get there
+    /// within `timeout`; the caller may still answer from the replica, which is only older.
+    pub async fn barrier(&self, timeout: Duration) -> Result<(), ControlError> {
+        if matches!(*self.role.borrow(), Role::Leader { .. }) {
+            return Ok(());
+        }
+        let conn = self
+            .leader_conn
+            .get()
+            .ok_or_else(|| ControlError::Unavailable("no control-plane leader known".into()))?;
+        let timed_out = |_| ControlError::Unavailable(format!("no barrier within {timeout:?}"));
+        tokio::time::timeout(timeout, async {
+            let target = conn.barrier().await?;
+            let mut durable = self.durable_seq.clone();
+            durable
+                .wait_for(|seq| *seq >= target)
+                .await
+                .map(|_| ())
+                .map_err(|_| ControlError::Unavailable("the control plane stopped".into()))
+        })
+        .await
+        .map_err(timed_out)?
+    }
+
     /// The leader's durable position, for a follower's barrier; refused unless it leads.
     pub fn leader_barrier(&self) -> Result<u64, ControlError> {
         let status = self.leader_status();

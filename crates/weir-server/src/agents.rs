@@ -34,7 +34,22 @@ pub(crate) fn client_zone(client_id: &str) -> Option<&str> {
         .find(|zone| !zone.is_empty())
 }
 
+/// How long a read waits for its barrier before answering from this agent's replica.
+const READ_BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Broker {
+    /// Before a read that must show what any agent acknowledged (ListOffsets, OffsetFetch), a
+    /// follower catches up with the leader (`ControlPlane::barrier`, RFC 0002 §3). Without a
+    /// leader in reach it answers from its replica, which is only older.
+    pub(crate) async fn read_your_writes(&self) {
+        if self.settings.cluster_incarnation.is_none() {
+            return;
+        }
+        if let Err(err) = self.control.barrier(READ_BARRIER_WAIT).await {
+            tracing::debug!(error = %err, "no barrier; answering from this agent's replica");
+        }
+    }
+
     fn me(&self) -> LiveAgent {
         let settings = &self.settings;
         LiveAgent {

@@ -160,7 +160,8 @@ async fn route(
         RequestKind::OffsetCommit(request) => {
             spawn(group_offsets::offset_commit(broker, context, request))
         }
-        RequestKind::OffsetFetch(request) => lazy(broker, move |broker| {
+        RequestKind::OffsetFetch(request) => spawn(async move {
+            broker.read_your_writes().await;
             group_offsets::offset_fetch(&broker, context, request)
         }),
         RequestKind::OffsetDelete(request) => {

@@ -48,7 +48,7 @@ impl LeaderConnSlot {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = conn;
     }
 
-    fn get(&self) -> Option<Arc<dyn LeaderConn>> {
+    pub(crate) fn get(&self) -> Option<Arc<dyn LeaderConn>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

@@ -63,6 +63,7 @@ pub(crate) async fn list_offsets(
     context: RequestContext,
     request: ListOffsetsRequest,
 ) -> Option<Bytes> {
+    broker.read_your_writes().await;
     // Under the state lock: index lookups only.
     let mut pending = Vec::new();
     let mut topics: Vec<ListOffsetsTopicResponse> = broker.control.read(|state| {

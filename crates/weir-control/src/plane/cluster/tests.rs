@@ -428,3 +428,34 @@ async fn test_a_member_that_takes_over_fences_the_old_leader_at_once() {
     .await
     .expect("the old leader is fenced at once");
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_a_barrier_shows_a_follower_what_the_leader_acknowledged_and_fails_when_cut() {
+    let bucket = Arc::new(InMemory::new());
+    let links = LocalLinks::default();
+    let a = member(&bucket, &links, 1).await;
+    let c = member(&bucket, &links, 3).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.plane
+        .barrier(Duration::ZERO)
+        .await
+        .expect("a leader is its own barrier");
+    // The follower's replica trails the leader by a second.
+    links.delay_records(&c.address, Duration::from_secs(1));
+    for n in 0..5 {
+        let name = format!("t{n}");
+        a.plane
+            .create_topic(&name, 1, BTreeMap::new(), n)
+            .await
+            .unwrap();
+        c.plane.barrier(Duration::from_secs(5)).await.unwrap();
+        assert!(
+            topics(&c).contains(&name),
+            "{name} acknowledged, then not on the follower"
+        );
+    }
+    links.set_cut(&c.address, true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cut = c.plane.barrier(Duration::from_secs(5)).await;
+    assert!(matches!(cut, Err(ControlError::Unavailable(_))), "{cut:?}");
+}
