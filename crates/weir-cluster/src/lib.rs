@@ -23,7 +23,8 @@ pub use queue::QueueNetwork;
 pub use server::{serve, ControlService};
 
 /// Protocol version in every call's metadata; a peer on another version is refused.
-pub const PROTOCOL_VERSION: &str = "2";
+/// 3: `DeleteGroup` results carry the coordinator fence's refusal.
+pub const PROTOCOL_VERSION: &str = "3";
 /// Metadata keys of the handshake.
 pub const CLUSTER_ID_HEADER: &str = "weir-cluster-id";
 pub const PROTOCOL_HEADER: &str = "weir-cluster-protocol";

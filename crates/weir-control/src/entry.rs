@@ -63,10 +63,17 @@ pub enum Entry {
     DeleteGroupOffsets {
         group: String,
         partitions: Vec<(String, i32)>,
+        /// The deleting coordinator in a cluster, fenced as `CommitOffsets`' (log record
+        /// version 4); `None` is not checked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coordinator: Option<CoordinatorStamp>,
     },
     /// DeleteGroups: forgets every offset of the group.
     DeleteGroup {
         group: String,
+        /// As in `DeleteGroupOffsets`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coordinator: Option<CoordinatorStamp>,
     },
     /// Moves partitions' log start offsets forward (retention, DeleteRecords). Batches wholly
     /// below the new start leave the index; a file whose last live batch leaves is released.
@@ -289,8 +296,8 @@ pub enum EntryResult {
     /// One result per offset of the entry, in order.
     CommitOffsets(Vec<Result<(), ControlError>>),
     DeleteGroupOffsets(Result<(), ControlError>),
-    /// Whether the group had committed offsets.
-    DeleteGroup(bool),
+    /// Whether the group had committed offsets; `NotCoordinator` when the fence refused it.
+    DeleteGroup(Result<bool, ControlError>),
     /// One result per partition of the entry, in order: the log start (Kafka's low watermark).
     AdvanceLogStart(Vec<Result<i64, ControlError>>),
     /// How many of the files were released and are now forgotten.

@@ -17,6 +17,7 @@ use weir_common::{FileId, Tier, TopicId};
 use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
+use crate::CoordinatorStamp;
 
 mod compaction;
 mod expiry;
@@ -237,24 +238,21 @@ impl State {
                 offsets,
                 at_ms,
                 coordinator,
-            } => {
-                let fence = coordinator.as_ref().map_or(Ok(()), |stamp| {
-                    self.registry.check_coordinator(group, stamp)
-                });
-                match fence {
-                    Ok(()) => {
-                        EntryResult::CommitOffsets(self.commit_offsets(group, offsets, *at_ms))
-                    }
-                    Err(err) => EntryResult::CommitOffsets(vec![Err(err); offsets.len()]),
-                }
-            }
-            Entry::DeleteGroupOffsets { group, partitions } => {
+            } => match self.fence_group(group, coordinator) {
+                Ok(()) => EntryResult::CommitOffsets(self.commit_offsets(group, offsets, *at_ms)),
+                Err(err) => EntryResult::CommitOffsets(vec![Err(err); offsets.len()]),
+            },
+            Entry::DeleteGroupOffsets {
+                group,
+                partitions,
+                coordinator,
+            } => EntryResult::DeleteGroupOffsets(self.fence_group(group, coordinator).map(|()| {
                 self.delete_group_offsets(group, partitions);
-                EntryResult::DeleteGroupOffsets(Ok(()))
-            }
-            Entry::DeleteGroup { group } => {
-                EntryResult::DeleteGroup(self.group_offsets.remove(group).is_some())
-            }
+            })),
+            Entry::DeleteGroup { group, coordinator } => EntryResult::DeleteGroup(
+                self.fence_group(group, coordinator)
+                    .map(|()| self.group_offsets.remove(group).is_some()),
+            ),
             Entry::AdvanceLogStart {
                 topic_id,
                 partitions,
@@ -341,6 +339,18 @@ impl State {
                 Ok(())
             })
             .collect()
+    }
+
+    /// The coordinator fence of a group's offset changes (RFC 0002 §7): a stamped change
+    /// passes only while its agent coordinates the group without a break since the stamp.
+    fn fence_group(
+        &self,
+        group: &str,
+        coordinator: &Option<CoordinatorStamp>,
+    ) -> Result<(), ControlError> {
+        coordinator.as_ref().map_or(Ok(()), |stamp| {
+            self.registry.check_coordinator(group, stamp)
+        })
     }
 
     fn delete_group_offsets(&mut self, group: &str, partitions: &[(String, i32)]) {

@@ -330,27 +330,34 @@ async fn test_log_record_versions_old_current_and_newer() {
     let unversioned = br#"{"entries":[{"DeleteGroup":{"group":"g"}}]}"#;
     // Version 2 (before the registry, RFC 0002): its CommitOffsets carry no coordinator.
     let v2 = br#"{"v":2,"entries":[{"CommitOffsets":{"group":"g","offsets":[],"at_ms":0}}]}"#;
+    // Version 3 (before the fenced deletes): DeleteGroup carries no coordinator.
+    let v3 = br#"{"v":3,"entries":[{"DeleteGroup":{"group":"g"}}]}"#;
     let current = serde_json::to_vec(&LogRecord::new(vec![create("kept", 1)])).unwrap();
-    assert!(String::from_utf8_lossy(&current).contains(r#""v":3"#));
-    for (seq, payload) in [(1, &unversioned[..]), (2, &v2[..]), (3, &current[..])] {
+    assert!(String::from_utf8_lossy(&current).contains(r#""v":4"#));
+    for (seq, payload) in [
+        (1, &unversioned[..]),
+        (2, &v2[..]),
+        (3, &v3[..]),
+        (4, &current[..]),
+    ] {
         let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, seq, payload).unwrap();
         log.write_slot(seq, 1, bytes).await.unwrap();
     }
     let replayed = LogStore::new(store.clone(), 1).replay().await.unwrap();
     assert!(replayed.state.topic("kept").is_some());
     let newer = [
-        br#"{"v":4,"entries":[{"DeleteGroup":{"group":"g"}}]}"#.to_vec(),
-        br#"{"v":4,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
+        br#"{"v":5,"entries":[{"DeleteGroup":{"group":"g"}}]}"#.to_vec(),
+        br#"{"v":5,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
     ];
     for payload in newer {
-        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 4, &payload).unwrap();
+        let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 5, &payload).unwrap();
         store
-            .put(&keys::meta_log(4), PutPayload::from(bytes))
+            .put(&keys::meta_log(5), PutPayload::from(bytes))
             .await
             .unwrap();
         let err = LogStore::new(store.clone(), 1).replay().await.unwrap_err();
         assert!(
-            matches!(err, LogError::NewerFormat { version: 4, .. }),
+            matches!(err, LogError::NewerFormat { version: 5, .. }),
             "{err:?}"
         );
         assert!(err.to_string().contains("newer Weir"), "{err}");

@@ -431,6 +431,7 @@ fn to_entry(op: &Op, index: usize) -> Entry {
         },
         Op::DeleteGroup(group) => Entry::DeleteGroup {
             group: format!("group{group}"),
+            coordinator: None,
         },
         Op::AdvanceLogStart(t, partition, offset) => Entry::AdvanceLogStart {
             topic_id: topic_id(10 + *t),
@@ -498,17 +499,16 @@ fn test_state_group_offsets_commit_overwrite_and_validate() {
     state.apply(&Entry::DeleteGroupOffsets {
         group: "g".into(),
         partitions: vec![("t".into(), 0)],
+        coordinator: None,
     });
     assert!(state.committed_offset("g", "t", 0).is_none());
     assert!(state.committed_offset("g", "t", 1).is_some());
-    assert_eq!(
-        state.apply(&Entry::DeleteGroup { group: "g".into() }),
-        EntryResult::DeleteGroup(true)
-    );
-    assert_eq!(
-        state.apply(&Entry::DeleteGroup { group: "g".into() }),
-        EntryResult::DeleteGroup(false)
-    );
+    let delete = Entry::DeleteGroup {
+        group: "g".into(),
+        coordinator: None,
+    };
+    assert_eq!(state.apply(&delete), EntryResult::DeleteGroup(Ok(true)));
+    assert_eq!(state.apply(&delete), EntryResult::DeleteGroup(Ok(false)));
     assert!(state.group_offsets.is_empty());
 }
 
@@ -838,6 +838,51 @@ fn test_state_coordinator_fence_refuses_a_stale_coordinators_commit_and_old_reco
     assert!(matches!(
         serde_json::from_str::<Entry>(old).unwrap(),
         Entry::CommitOffsets {
+            coordinator: None,
+            ..
+        }
+    ));
+    // Deletes are fenced alike: the old incarnation deletes nothing, the current one does.
+    let delete_offsets = |stamp| Entry::DeleteGroupOffsets {
+        group: "g".into(),
+        partitions: vec![("t".into(), 0)],
+        coordinator: stamp,
+    };
+    let refused = state.apply(&delete_offsets(stamp(1, "a", since)));
+    assert!(
+        matches!(
+            refused,
+            EntryResult::DeleteGroupOffsets(Err(ControlError::NotCoordinator(_)))
+        ),
+        "{refused:?}"
+    );
+    let delete_group = |stamp| Entry::DeleteGroup {
+        group: "g".into(),
+        coordinator: stamp,
+    };
+    let refused = state.apply(&delete_group(stamp(1, "a", since)));
+    assert!(
+        matches!(
+            refused,
+            EntryResult::DeleteGroup(Err(ControlError::NotCoordinator(_)))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(state.committed_offset("g", "t", 0).unwrap().offset, 12);
+    let current = stamp(1, "b", state.registry.version);
+    assert_eq!(
+        state.apply(&delete_offsets(current.clone())),
+        EntryResult::DeleteGroupOffsets(Ok(()))
+    );
+    assert!(state.committed_offset("g", "t", 0).is_none());
+    assert!(matches!(
+        state.apply(&delete_group(current)),
+        EntryResult::DeleteGroup(Ok(_))
+    ));
+    let old = r#"{"DeleteGroup":{"group":"g"}}"#;
+    assert!(matches!(
+        serde_json::from_str::<Entry>(old).unwrap(),
+        Entry::DeleteGroup {
             coordinator: None,
             ..
         }

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     GroupId, ListGroupsRequest, ListGroupsResponse,
 };
-use weir_control::{Entry, EntryResult};
+use weir_control::{ControlError, Entry, EntryResult};
 use weir_groups::{GroupError, GroupListing, GroupState};
 use weir_protocol::error_code;
 
@@ -167,9 +167,9 @@ pub(crate) async fn delete_groups(
 }
 
 async fn delete_one(broker: &Broker, group_id: &str) -> i16 {
-    if !broker.coordinates(group_id) {
+    let Some(coordinator) = broker.coordination(group_id) else {
         return error_code::NOT_COORDINATOR;
-    }
+    };
     // Marks an empty group Dead so nobody joins while its offsets are deleted.
     let known = match broker.groups.begin_delete(group_id) {
         Ok(known) => known,
@@ -177,13 +177,21 @@ async fn delete_one(broker: &Broker, group_id: &str) -> i16 {
     };
     let entry = Entry::DeleteGroup {
         group: group_id.to_string(),
+        coordinator,
     };
     let outcome = broker.control.submit(entry).await;
     broker.groups.finish_delete(group_id);
     match outcome {
-        Ok(EntryResult::DeleteGroup(had_offsets)) if known || had_offsets => error_code::NONE,
-        Ok(EntryResult::DeleteGroup(_)) => {
+        Ok(EntryResult::DeleteGroup(Ok(had_offsets))) if known || had_offsets => error_code::NONE,
+        Ok(EntryResult::DeleteGroup(Ok(_))) => {
             group_error_code(&GroupError::GroupIdNotFound(group_id.to_string()))
+        }
+        Ok(EntryResult::DeleteGroup(Err(error))) => {
+            if let ControlError::NotCoordinator(why) = &error {
+                // The coordinator fence: another agent coordinated the group meanwhile.
+                broker.lost_group(group_id, why);
+            }
+            control_error_code(&error)
         }
         Ok(_) => error_code::UNKNOWN_SERVER_ERROR,
         Err(error) => control_error_code(&error),

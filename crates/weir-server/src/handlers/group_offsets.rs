@@ -295,9 +295,9 @@ pub(crate) async fn offset_delete(
 ) -> Option<Bytes> {
     let group_id = request.group_id.0.to_string();
     let failed = |code: i16| context.encode(&OffsetDeleteResponse::default().with_error_code(code));
-    if !broker.coordinates(&group_id) {
+    let Some(coordinator) = broker.coordination(&group_id) else {
         return failed(error_code::NOT_COORDINATOR);
-    }
+    };
     let protected = match broker.groups.offset_delete_guard(&group_id) {
         Ok(protected) => protected.unwrap_or_default(),
         Err(error) => return failed(group_error_code(&error)),
@@ -334,13 +334,17 @@ pub(crate) async fn offset_delete(
     }
     if !deletable.is_empty() {
         let entry = Entry::DeleteGroupOffsets {
-            group: group_id,
+            group: group_id.clone(),
             partitions: deletable,
+            coordinator,
         };
         match broker.control.submit(entry).await {
             Ok(EntryResult::DeleteGroupOffsets(Ok(()))) => {}
             Ok(EntryResult::DeleteGroupOffsets(Err(error))) | Err(error) => {
-                return failed(control_error_code(&error))
+                if let ControlError::NotCoordinator(why) = &error {
+                    broker.lost_group(&group_id, why);
+                }
+                return failed(control_error_code(&error));
             }
             Ok(_) => return failed(control_error_code(&ControlError::Unavailable("".into()))),
         }
