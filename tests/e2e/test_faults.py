@@ -33,7 +33,8 @@ def publish(report: Report) -> None:
             out.write(line + "\n")
 
 
-def finish(agent, topic: str, producers: list[CheckedProducer], report: Report) -> Report:
+def stop_producers(producers: list[CheckedProducer]) -> None:
+    """Stops the producers and waits until each delivered everything it sent."""
     for producer in producers:
         producer.stop()
     for producer in producers:
@@ -41,6 +42,10 @@ def finish(agent, topic: str, producers: list[CheckedProducer], report: Report) 
         assert not producer.is_alive(), "producer did not finish"
         assert producer.exc is None, producer.exc
         assert producer.remaining == 0, f"{producer.remaining} records undelivered"
+
+
+def finish(agent, topic: str, producers: list[CheckedProducer], report: Report) -> Report:
+    stop_producers(producers)
     verify(agent.bootstrap, topic, PARTITIONS, producers, report)
     publish(report)
     assert report.acked > 0

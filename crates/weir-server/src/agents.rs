@@ -60,9 +60,29 @@ impl Broker {
         }
     }
 
-    /// Every live agent, by node id. Until the registry holds an agent (a single agent, or a
-    /// cluster member before the first registration is durable) this agent alone.
+    /// The agents Metadata and DescribeCluster list, by node id: the registered ones, and this
+    /// agent while it has not registered yet since it started (a restart waits for its
+    /// predecessor's fence, and serves clients meanwhile). A fenced agent (cut off from the
+    /// leader) does not list itself, so its clients move to the registered ones. Outside a
+    /// cluster, this agent alone.
     pub(crate) fn live_agents(&self) -> Vec<LiveAgent> {
+        let mut agents = self.registered_agents();
+        let listed = agents.iter().any(|a| a.node_id == self.settings.node_id);
+        let starting = matches!(
+            *self.control.registration().borrow(),
+            weir_control::Registration::Pending
+        );
+        if !listed && starting {
+            agents.push(self.me());
+            agents.sort_by_key(|a| a.node_id);
+        }
+        agents
+    }
+
+    /// The agents in the registry, by node id; until it holds any (a single agent, or a
+    /// cluster member before the first registration is durable) this agent alone. Group
+    /// coordinators are placed over these, as the coordinator fence does.
+    fn registered_agents(&self) -> Vec<LiveAgent> {
         if self.settings.cluster_incarnation.is_none() {
             return vec![self.me()];
         }
@@ -113,7 +133,7 @@ impl Broker {
 
     /// The coordinator of `group_id` among the live agents.
     pub(crate) fn coordinator_of(&self, group_id: &str) -> Option<LiveAgent> {
-        let agents = self.live_agents();
+        let agents = self.registered_agents();
         let ids: Vec<i32> = agents.iter().map(|agent| agent.node_id).collect();
         let node_id = coordinator_for(group_id, &ids)?;
         agents.into_iter().find(|agent| agent.node_id == node_id)

@@ -29,10 +29,14 @@ pub struct AgentInfo {
 /// Where this agent's registration stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registration {
-    /// Not (yet) in the registry.
+    /// Not in the registry yet (since this process started).
     Pending,
     /// In the registry since this version.
     Registered { since: u64 },
+    /// Was registered, and the registry no longer holds it (fenced while cut off from the
+    /// leader): it registers again once it reaches the leader. Meanwhile it lists only the
+    /// registered agents, so its clients move to them.
+    Fenced,
     /// Another agent holds the node id and was not fenced for longer than a failover and the
     /// agent timeout while this one kept asking (with a leader answering): not a dead
     /// predecessor.
@@ -241,11 +245,22 @@ impl Registrar {
         });
         if let Some(since) = registered {
             *refused_since = None;
-            self.registration
+            let changed = self
+                .registration
                 .send_if_modified(|now| replace(now, Registration::Registered { since }));
+            if changed {
+                // Logged from the registry, not from the answer: a registration whose answer
+                // was lost (the leader died) may still have landed.
+                info!(
+                    node_id = me,
+                    version = since,
+                    zone = %self.info.zone,
+                    "registered in the cluster"
+                );
+            }
             return;
         }
-        self.registration.send_if_modified(replace_pending);
+        self.registration.send_if_modified(unregistered);
         if !*self.plane.available.borrow() {
             // Nobody can fence a dead predecessor meanwhile: patience starts again.
             *refused_since = None;
@@ -262,12 +277,7 @@ impl Registrar {
         });
         match self.plane.submit(entry).await {
             Ok(EntryResult::RegisterAgent(Ok(version))) => {
-                info!(
-                    node_id = me,
-                    version,
-                    zone = %self.info.zone,
-                    "registered in the cluster"
-                );
+                debug!(node_id = me, version, "registration durable");
                 *refused_since = None;
             }
             Ok(EntryResult::RegisterAgent(Err(ControlError::NodeIdTaken { address, .. }))) => {
@@ -312,10 +322,13 @@ fn replace(current: &mut Registration, new: Registration) -> bool {
     true
 }
 
-/// Pending, unless already refused (that is final).
-fn replace_pending(current: &mut Registration) -> bool {
-    if matches!(current, Registration::Refused { .. }) {
-        return false;
+/// Not in the registry: `Fenced` once it was registered, else still `Pending`; a refusal is
+/// final.
+fn unregistered(current: &mut Registration) -> bool {
+    match current {
+        Registration::Refused { .. } | Registration::Pending => false,
+        Registration::Registered { .. } | Registration::Fenced => {
+            replace(current, Registration::Fenced)
+        }
     }
-    replace(current, Registration::Pending)
 }

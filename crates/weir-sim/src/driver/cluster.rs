@@ -25,6 +25,9 @@ pub(super) struct ClusterScenario {
     pub(super) p_cut: f64,
     /// Per step: cut a live agent off the metadata bucket, or restore it.
     pub(super) p_agent_outage: f64,
+    /// Per step: cut a live agent off its peers and the metadata bucket at once (a network
+    /// partition of one host that keeps running), or heal both.
+    pub(super) p_isolate: f64,
     /// Each member's monotonic clock runs at a rate drawn from `1 ± max_skew`.
     pub(super) max_skew: f64,
 }
@@ -44,6 +47,7 @@ impl ClusterScenario {
             p_cut: [0.0, 0.005, 0.02][rng.usize(..3)],
             p_agent_outage: [0.0, 0.005, 0.02][rng.usize(..3)],
             max_skew: [0.0, 0.2, 0.5][rng.usize(..3)],
+            p_isolate: [0.0, 0.005, 0.01][rng.usize(..3)],
         })
     }
 
@@ -52,13 +56,14 @@ impl ClusterScenario {
             None => "one agent at a time".to_string(),
             Some(c) => format!(
                 "cluster of {} (lease {:?}/{:?}, forward timeout {:?}, cut {:.1}%, agent \
-                 outage {:.1}%, clock rates 1±{})",
+                 outage {:.1}%, isolation {:.1}%, clock rates 1±{})",
                 c.agents,
                 c.lease_renew,
                 c.lease_timeout,
                 c.forward_timeout,
                 c.p_cut * 100.0,
                 c.p_agent_outage * 100.0,
+                c.p_isolate * 100.0,
                 c.max_skew
             ),
         }
@@ -242,6 +247,21 @@ impl World {
                 self.report.agent_log_outages += 1;
             }
             self.event(&format!("{address} cut off the metadata bucket={down}"));
+        }
+        if self.cluster_rng.f64() < cluster.p_isolate {
+            let (address, view) = &members[self.cluster_rng.usize(..members.len())];
+            let isolate = !(self.cut.contains(address) && view.is_down());
+            self.links.set_cut(address, isolate);
+            view.set_outage(isolate);
+            if isolate {
+                self.cut.insert(address.clone());
+                self.report.agent_isolations += 1;
+            } else {
+                self.cut.remove(address);
+            }
+            self.event(&format!(
+                "{address} cut off its peers and the metadata bucket={isolate}"
+            ));
         }
     }
 

@@ -97,6 +97,8 @@ pub struct SimReport {
     /// highest epoch claimed by the end.
     pub cluster_cuts: u32,
     pub agent_log_outages: u32,
+    /// Agents cut off their peers and the metadata bucket at once (still running).
+    pub agent_isolations: u32,
     pub cluster_epochs: u64,
     /// Cluster seeds: offset commits coordinators queued, and those the fence refused.
     pub group_commits: u64,
@@ -127,7 +129,7 @@ impl fmt::Display for SimReport {
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
              held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
-             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages), {} agents cut off peers, {} cut off the metadata bucket, {} epochs, {} group commits ({} refused); lost {}, duplicated {}, \
+             {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages), {} agents cut off peers, {} cut off the metadata bucket, {} isolated from both, {} epochs, {} group commits ({} refused); lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
             self.scenario,
@@ -181,6 +183,7 @@ impl fmt::Display for SimReport {
             self.regional_outages,
             self.cluster_cuts,
             self.agent_log_outages,
+            self.agent_isolations,
             self.cluster_epochs,
             self.group_commits,
             self.group_commits_refused,

@@ -459,3 +459,27 @@ async fn test_a_barrier_shows_a_follower_what_the_leader_acknowledged_and_fails_
     let cut = c.plane.barrier(Duration::from_secs(5)).await;
     assert!(matches!(cut, Err(ControlError::Unavailable(_))), "{cut:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_a_member_cut_off_and_fenced_knows_it_and_registers_again_when_healed() {
+    let (_bucket, links, [a, b, c]) = three_registered().await;
+    links.set_cut(&c.address, true);
+    let fenced = expect(&[(1, "first"), (2, "first")]);
+    wait_until(MINUTE, || {
+        registry(&c) == fenced && *c.plane.registration().borrow() == Registration::Fenced
+    })
+    .await
+    .expect("the cut-off member sees itself fenced (from the bucket)");
+    assert_eq!(registry(&a), fenced);
+    links.set_cut(&c.address, false);
+    let all = expect(&[(1, "first"), (2, "first"), (3, "first")]);
+    wait_until(MINUTE, || {
+        [&a, &b, &c].iter().all(|m| registry(m) == all)
+            && matches!(
+                *c.plane.registration().borrow(),
+                Registration::Registered { .. }
+            )
+    })
+    .await
+    .expect("healed, it registers again");
+}
