@@ -3,9 +3,13 @@
 //!
 //! * GRP-1: an offset commit stamped by a coordinator is accepted only if, at its slot, the
 //!   registry holds that agent with that incarnation and places the group on it (restated with
-//!   the placement function over the registry's node ids);
+//!   the placement function over the registry's node ids), and every registry version since
+//!   the stamp's `since` (those this replay saw) placed the group on it too: a coordinator
+//!   that lost the group in between, even for one version, must not commit;
 //! * the simulated groups' committed offsets never go backwards (their coordinators only ever
 //!   commit forward from what their replica showed when they took the group).
+
+use std::collections::BTreeMap;
 
 use weir_common::placement::coordinator_for;
 use weir_control::{Entry, EntryResult, State};
@@ -23,10 +27,17 @@ pub(crate) struct Before {
 #[derive(Debug, Default)]
 pub(crate) struct GroupAudit {
     breaches: Vec<String>,
+    /// The registry's node ids at each version this replay saw (it sees the state before
+    /// every entry, so every version after the first it saw).
+    versions: BTreeMap<u64, Vec<i32>>,
 }
 
 impl GroupAudit {
-    pub(crate) fn before(state: &State, entry: &Entry) -> Option<Before> {
+    pub(crate) fn before(&mut self, state: &State, entry: &Entry) -> Option<Before> {
+        let registry = &state.registry;
+        self.versions
+            .entry(registry.version)
+            .or_insert_with(|| registry.agents.keys().copied().collect());
         let Entry::CommitOffsets {
             group,
             offsets,
@@ -36,9 +47,12 @@ impl GroupAudit {
         else {
             return None;
         };
-        let registry = &state.registry;
         let ids: Vec<i32> = registry.agents.keys().copied().collect();
         let coordinator = coordinator_for(group, &ids);
+        let moved = self
+            .versions
+            .range(stamp.since..)
+            .find(|(_, ids)| coordinator_for(group, ids) != Some(stamp.node_id));
         let refuse = match registry.agents.get(&stamp.node_id) {
             Some(agent) if agent.incarnation != stamp.incarnation => Some(format!(
                 "node {} is registered as incarnation {}, not {}",
@@ -48,7 +62,13 @@ impl GroupAudit {
             Some(_) if coordinator != Some(stamp.node_id) => {
                 Some(format!("the registry places the group on {coordinator:?}"))
             }
-            Some(_) => None,
+            Some(_) => moved.map(|(version, ids)| {
+                format!(
+                    "registry version {version} (since {}) placed the group on {:?}",
+                    stamp.since,
+                    coordinator_for(group, ids)
+                )
+            }),
         };
         let committed = offsets
             .iter()

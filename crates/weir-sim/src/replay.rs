@@ -78,7 +78,7 @@ impl Incremental {
             let record: LogRecord =
                 serde_json::from_slice(envelope.payload).map_err(|err| format!("{key}: {err}"))?;
             for entry in &record.entries {
-                let before = GroupAudit::before(&self.state, entry);
+                let before = self.groups.before(&self.state, entry);
                 let result = self.expiry.apply(&mut self.state, entry, seq);
                 if let Some(before) = before {
                     self.groups.after(before, entry, &result, seq);
