@@ -5,9 +5,14 @@
 //! coordinator stamp. The auditor's replay (`crate::group_audit`) checks that every commit the
 //! log accepts comes from the group's coordinator at that slot (GRP-1) and that a group's
 //! committed offset never goes backwards.
+//!
+//! A member that finds it may have lost a group meanwhile (it must start it over) first sends
+//! one commit stamped as before, as a commit held up in the network across the move would
+//! arrive: the log must refuse it if the group was placed elsewhere since that stamp (the
+//! fence's since rule), whatever the registry says now.
 
 use weir_control::coordination::{Coordination, Coordinations};
-use weir_control::{Entry, OffsetCommit};
+use weir_control::{CoordinatorStamp, Entry, OffsetCommit};
 
 use super::*;
 
@@ -20,6 +25,8 @@ struct Coordinator {
     coordinations: Coordinations,
     /// The next offset it commits, per group it holds.
     next: BTreeMap<String, i64>,
+    /// The stamp of its last commit, per group.
+    stamps: BTreeMap<String, CoordinatorStamp>,
 }
 
 /// The workload's state: its own generator and each incarnation's coordinator.
@@ -77,16 +84,20 @@ impl World {
                 .map_or(0, |c| c.offset);
             (checked, committed)
         });
-        let stamp = match checked {
+        let (stamp, stale) = match checked {
             Coordination::NotMine { .. } => {
                 coordinator.next.remove(group);
                 return;
             }
             Coordination::Mine { stamp, reload } => {
-                if reload {
+                let stale = if reload {
                     coordinator.next.remove(group);
-                }
-                stamp
+                    coordinator.stamps.get(group).cloned()
+                } else {
+                    None
+                };
+                coordinator.stamps.insert(group.to_string(), stamp.clone());
+                (stamp, stale)
             }
         };
         let next = coordinator
@@ -95,7 +106,8 @@ impl World {
             .or_insert(committed);
         *next += step;
         let offset = *next;
-        let entry = Entry::CommitOffsets {
+        let at_ms = self.clock.now_ms();
+        let commit = |stamp| Entry::CommitOffsets {
             group: group.to_string(),
             offsets: vec![OffsetCommit {
                 topic: TOPIC.to_string(),
@@ -104,11 +116,30 @@ impl World {
                 leader_epoch: 0,
                 metadata: None,
             }],
-            at_ms: self.clock.now_ms(),
+            at_ms,
             coordinator: Some(stamp),
         };
-        // Queued in order here (a member's commits keep their order, as through its stream);
-        // the answer is awaited in the background.
+        let mut entries = vec![commit(stamp)];
+        if let Some(stale) = stale {
+            // Ahead of the fresh one, forward too: accepted only if the group never left it.
+            entries.insert(0, commit(stale));
+        }
+        for entry in entries {
+            self.enqueue_commit(&control, entry, group, offset, node_id)
+                .await;
+        }
+    }
+
+    /// Queues a commit in order (a member's commits keep their order, as through its stream)
+    /// and awaits its answer in the background.
+    async fn enqueue_commit(
+        &mut self,
+        control: &ControlPlane,
+        entry: Entry,
+        group: &'static str,
+        offset: i64,
+        node_id: i32,
+    ) {
         let Ok(pending) = control.enqueue(entry).await else {
             return;
         };
