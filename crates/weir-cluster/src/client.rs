@@ -45,6 +45,14 @@ impl GrpcLink {
         }
     }
 
+    /// The same link (its cluster id follows this one's) with another bound on each call.
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        Self {
+            cluster_id: self.cluster_id.clone(),
+            timeout,
+        }
+    }
+
     /// Sets the cluster id sent to peers (the state's `cluster_id` after the first replay).
     pub fn set_cluster_id(&self, cluster_id: &str) {
         *self.cluster_id.write().unwrap_or_else(|p| p.into_inner()) = cluster_id.to_string();

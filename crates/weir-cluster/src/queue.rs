@@ -39,7 +39,8 @@ pub struct QueueNetwork {
 
 impl QueueNetwork {
     /// The network of the agent whose control service other agents reach at `local`; calls to
-    /// peers go through `link` (its cluster id and timeout).
+    /// peers go through `link` (its cluster id and timeout). Give it the queue's broker timeout:
+    /// a call that times out is sent again, and a push answered late would be pushed twice.
     pub fn new(local: &str, link: GrpcLink, inbox: usize) -> Arc<QueueNetwork> {
         Arc::new(QueueNetwork {
             local: local.to_string(),

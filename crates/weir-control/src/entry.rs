@@ -96,6 +96,10 @@ pub enum Entry {
     ExpireGroup {
         group: String,
         last_commit_at_most_ms: i64,
+        /// The expiring coordinator in a cluster, fenced as `CommitOffsets`' (a refused expiry
+        /// expires nothing; log record version 4); `None` is not checked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coordinator: Option<CoordinatorStamp>,
     },
     /// Forgets commit-chain tips (agent incarnations) whose last file is older than `before_ms`.
     ExpireAgentTips {

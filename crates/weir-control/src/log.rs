@@ -103,7 +103,7 @@ pub enum LogError {
 /// The record version this build writes. 1: the format before versions (no `v` field);
 /// 2: adds `AdvanceLogStart`, `FilesDeleted` and `State::released` (RFC 0003); 3: adds
 /// `RegisterAgent`, `FenceAgent` and `CommitOffsets`' coordinator stamp (RFC 0002); 4: the
-/// stamp on `DeleteGroup` and `DeleteGroupOffsets` too. A reader stops at a record newer than
+/// stamp on `DeleteGroup`, `DeleteGroupOffsets` and `ExpireGroup` too. A reader stops at a record newer than
 /// it knows instead of misreading it (an older build would apply a refused delete).
 pub const LOG_RECORD_VERSION: u16 = 4;
 

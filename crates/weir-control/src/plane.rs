@@ -406,6 +406,12 @@ impl ControlPlane {
         if matches!(*self.role.borrow(), Role::Leader { .. }) {
             return Ok(());
         }
+        if !*self.available.borrow() {
+            // A forward failed and the leader has not been reached since: do not wait on it.
+            return Err(ControlError::Unavailable(
+                "the leader is not reachable".into(),
+            ));
+        }
         let conn = self
             .leader_conn
             .get()

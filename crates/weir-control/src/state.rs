@@ -265,7 +265,11 @@ impl State {
             Entry::ExpireGroup {
                 group,
                 last_commit_at_most_ms,
-            } => EntryResult::ExpireGroup(self.expire_group(group, *last_commit_at_most_ms)),
+                coordinator,
+            } => EntryResult::ExpireGroup(
+                self.fence_group(group, coordinator).is_ok()
+                    && self.expire_group(group, *last_commit_at_most_ms),
+            ),
             Entry::ExpireAgentTips { before_ms } => {
                 EntryResult::ExpireAgentTips(self.expire_agent_tips(*before_ms))
             }

@@ -34,8 +34,9 @@ pub(crate) fn client_zone(client_id: &str) -> Option<&str> {
         .find(|zone| !zone.is_empty())
 }
 
-/// How long a read waits for its barrier before answering from this agent's replica.
-const READ_BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a read waits for its barrier before answering from this agent's replica (the
+/// request holds up the connection's later requests meanwhile).
+const READ_BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Broker {
     /// Before a read that must show what any agent acknowledged (ListOffsets, OffsetFetch), a
@@ -61,9 +62,10 @@ impl Broker {
     }
 
     /// The agents Metadata and DescribeCluster list, by node id: the registered ones, and this
-    /// agent while it has not registered yet since it started (a restart waits for its
-    /// predecessor's fence, and serves clients meanwhile). A fenced agent (cut off from the
-    /// leader) does not list itself, so its clients move to the registered ones. Outside a
+    /// agent while it has not registered yet since it started, for `registration_grace` (a
+    /// restart waits for its predecessor's fence, and serves clients meanwhile). A fenced agent
+    /// (cut off from the leader), or one that could not register within the grace (it started
+    /// cut off), does not list itself, so its clients move to the registered ones. Outside a
     /// cluster, this agent alone.
     pub(crate) fn live_agents(&self) -> Vec<LiveAgent> {
         let mut agents = self.registered_agents();
@@ -71,12 +73,23 @@ impl Broker {
         let starting = matches!(
             *self.control.registration().borrow(),
             weir_control::Registration::Pending
-        );
+        ) && self.started.elapsed() < self.settings.registration_grace;
         if !listed && starting {
             agents.push(self.me());
             agents.sort_by_key(|a| a.node_id);
         }
         agents
+    }
+
+    /// The controller Metadata and DescribeCluster name among `agents`: this agent when it is
+    /// listed, else the first listed (a fenced agent must not name a broker clients cannot see).
+    pub(crate) fn controller(&self, agents: &[LiveAgent]) -> i32 {
+        let me = self.settings.node_id;
+        if agents.iter().any(|agent| agent.node_id == me) {
+            me
+        } else {
+            agents.first().map_or(me, |agent| agent.node_id)
+        }
     }
 
     /// The agents in the registry, by node id; until it holds any (a single agent, or a

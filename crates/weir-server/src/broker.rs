@@ -29,6 +29,10 @@ pub struct BrokerSettings {
     /// In a cluster, this agent's incarnation in the registry (RFC 0002 §5): brokers, leaders
     /// and coordinators then come from the registry. `None` for a single agent.
     pub cluster_incarnation: Option<String>,
+    /// In a cluster, how long after its start an agent that has not registered yet lists
+    /// itself in Metadata (a restart waits up to a failover and the agent timeout for its
+    /// predecessor's fence); after that only the registry's agents are listed.
+    pub registration_grace: Duration,
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     /// Largest request frame accepted; checked before any allocation.
@@ -73,6 +77,7 @@ impl Default for BrokerSettings {
             advertised_port: 9092,
             rack: None,
             cluster_incarnation: None,
+            registration_grace: Duration::from_secs(30),
             auto_create_topics: true,
             default_partitions: 1,
             max_frame_bytes: 100 * 1024 * 1024,
@@ -112,6 +117,8 @@ pub struct Broker {
     pub(crate) producer_admission: ProducerAdmission,
     /// Groups this agent coordinates in a cluster, with the registry version since when.
     pub(crate) coordinations: Mutex<Coordinations>,
+    /// When this broker started (for `registration_grace`).
+    pub(crate) started: std::time::Instant,
     seeds: AtomicU64,
 }
 
@@ -140,6 +147,7 @@ impl Broker {
             groups,
             clock,
             coordinations: Mutex::default(),
+            started: std::time::Instant::now(),
             seeds: AtomicU64::new(seed),
         }
     }

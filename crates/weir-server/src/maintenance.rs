@@ -62,9 +62,9 @@ pub(crate) async fn expire_groups(
     empty_since.retain(|group, _| candidates.contains(group));
     let now = Instant::now();
     for group in candidates {
-        if !broker.coordinates(&group) {
+        let Some(coordinator) = broker.coordination(&group) else {
             continue;
-        }
+        };
         let empty = broker
             .groups
             .describe(&group)
@@ -86,6 +86,7 @@ pub(crate) async fn expire_groups(
             .submit(Entry::ExpireGroup {
                 group: group.clone(),
                 last_commit_at_most_ms: bound,
+                coordinator,
             })
             .await;
         broker.groups.finish_delete(&group);

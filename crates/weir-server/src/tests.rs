@@ -466,9 +466,30 @@ async fn roundtrip<R: Encodable>(
     request: &R,
     response_header_version: i16,
 ) -> Bytes {
+    let facts = ConnectionFacts::default();
+    roundtrip_on(
+        broker,
+        &facts,
+        key,
+        version,
+        request,
+        response_header_version,
+    )
+    .await
+}
+
+/// `roundtrip` on a connection that remembers `facts`.
+async fn roundtrip_on<R: Encodable>(
+    broker: &Arc<Broker>,
+    facts: &ConnectionFacts,
+    key: ApiKey,
+    version: i16,
+    request: &R,
+    response_header_version: i16,
+) -> Bytes {
     let frame = request_frame(key, version, request);
     let peer = "127.0.0.1:1".parse().unwrap();
-    let Dispatched::Respond(work) = dispatch(broker, frame, peer, &Default::default()).await else {
+    let Dispatched::Respond(work) = dispatch(broker, frame, peer, facts).await else {
         panic!("{key:?} v{version}: the connection was closed");
     };
     let mut response = work.await.expect("a response");
@@ -625,18 +646,14 @@ async fn test_a_fetch_through_a_lagging_follower_waits_for_its_replica() {
     );
 }
 
-/// DescribeConfigs of another agent's broker resource answers from the cluster's registry (its
-/// address and zone); a node id the registry does not hold is INVALID_REQUEST.
-#[tokio::test]
-async fn test_describe_configs_of_another_agent_reads_the_registry() {
-    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-    use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+/// A control plane whose registry holds agents (node id, zone), each at 10.0.0.{node id}.
+async fn registry_of(agents: &[(i32, &str)]) -> ControlPlane {
     use weir_control::{AgentRegistration, Entry};
     let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
         .await
         .unwrap();
-    for (node_id, zone) in [(1, "zone-a"), (2, "zone-b")] {
+    for &(node_id, zone) in agents {
         let registration = AgentRegistration {
             node_id,
             incarnation: format!("i{node_id}"),
@@ -651,12 +668,66 @@ async fn test_describe_configs_of_another_agent_reads_the_registry() {
             .await
             .unwrap();
     }
+    control
+}
+
+/// A broker of node 1 (zone a) in a cluster whose registry holds `agents`.
+async fn cluster_broker(agents: &[(i32, &str)]) -> Arc<Broker> {
+    let control = registry_of(agents).await;
     let settings = BrokerSettings {
         node_id: 1,
+        rack: Some("zone-a".into()),
         cluster_incarnation: Some("i1".into()),
         ..BrokerSettings::default()
     };
-    let broker = broker_over(&control, settings);
+    broker_over(&control, settings)
+}
+
+/// Metadata names partition leaders in the client's zone: from `weir_az=` in the client id, else
+/// the rack of an earlier Fetch on the same connection, else the answering agent's zone.
+#[tokio::test]
+async fn test_metadata_leaders_follow_the_rack_an_earlier_fetch_named() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let broker = cluster_broker(&[(1, "zone-a"), (2, "zone-b"), (3, "zone-b")]).await;
+    broker
+        .control
+        .create_topic("zoned", 16, BTreeMap::new(), 9)
+        .await
+        .unwrap();
+    let request = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("zoned"))))]));
+    let leaders = |mut body: Bytes| {
+        let response = MetadataResponse::decode(&mut body, 9).unwrap();
+        response.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.leader_id.0)
+            .collect::<std::collections::BTreeSet<i32>>()
+    };
+    let facts = ConnectionFacts::default();
+    let here = roundtrip_on(&broker, &facts, ApiKey::Metadata, 9, &request, 1).await;
+    assert_eq!(leaders(here), [1].into(), "the answering agent's zone");
+    let fetch = fetch_request(0, 1024).with_rack_id(StrBytes::from_static_str("zone-b"));
+    roundtrip_on(&broker, &facts, ApiKey::Fetch, 11, &fetch, 0).await;
+    let there = roundtrip_on(&broker, &facts, ApiKey::Metadata, 9, &request, 1).await;
+    assert_eq!(
+        leaders(there),
+        [2, 3].into(),
+        "the zone of the connection's Fetch"
+    );
+    let other = roundtrip(&broker, ApiKey::Metadata, 9, &request, 1).await;
+    assert_eq!(leaders(other), [1].into(), "another connection");
+}
+
+/// DescribeConfigs of another agent's broker resource answers from the cluster's registry (its
+/// address and zone); a node id the registry does not hold is INVALID_REQUEST.
+#[tokio::test]
+async fn test_describe_configs_of_another_agent_reads_the_registry() {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+    let broker = cluster_broker(&[(1, "zone-a"), (2, "zone-b")]).await;
     let resource = |name: &str| {
         DescribeConfigsResource::default()
             .with_resource_type(4)
@@ -686,4 +757,34 @@ async fn test_describe_configs_of_another_agent_reads_the_registry() {
     );
     assert_eq!(value("broker.rack").as_deref(), Some("zone-b"));
     assert_eq!(unknown.error_code, 42, "{unknown:?}");
+}
+
+/// A cluster agent that has not registered yet lists itself (a restart serves clients while it
+/// waits for its predecessor's fence) for the registration grace, then only the registry's
+/// agents; group coordinators are only ever placed on registered agents.
+#[tokio::test]
+async fn test_an_unregistered_agent_lists_itself_only_for_the_grace() {
+    let control = registry_of(&[(2, "zone-b")]).await;
+    let with_grace = |grace: Duration| {
+        broker_over(
+            &control,
+            BrokerSettings {
+                node_id: 1,
+                cluster_incarnation: Some("i1".into()),
+                registration_grace: grace,
+                ..BrokerSettings::default()
+            },
+        )
+    };
+    let ids =
+        |broker: &Broker| -> Vec<i32> { broker.live_agents().iter().map(|a| a.node_id).collect() };
+    let starting = with_grace(Duration::from_secs(60));
+    assert_eq!(ids(&starting), [1, 2]);
+    assert_eq!(starting.controller(&starting.live_agents()), 1);
+    for group in ["a", "b", "c", "d", "e"] {
+        assert_eq!(starting.coordinator_of(group).unwrap().node_id, 2);
+    }
+    let late = with_grace(Duration::ZERO);
+    assert_eq!(ids(&late), [2]);
+    assert_eq!(late.controller(&late.live_agents()), 2, "a listed agent");
 }

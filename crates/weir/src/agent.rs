@@ -219,6 +219,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         advertised_port: i32::from(local.port()),
         rack: (!config.agent.rack.is_empty()).then(|| config.agent.rack.clone()),
         cluster_incarnation: cluster_incarnation.clone(),
+        registration_grace: config.cluster.lease_timeout
+            + config.cluster.agent_timeout
+            + config.cluster.lease_renew * 3,
         auto_create_topics: config.kafka.auto_create_topics,
         default_partitions: config.kafka.num_partitions,
         max_frame_bytes: config.kafka.max_frame_bytes,
@@ -453,6 +456,13 @@ async fn start_compaction(
         if !config.compaction.enabled {
             info!("compaction is off (compaction.enabled = false)");
         }
+        if queues.is_some() {
+            tracing::warn!(
+                "compaction does not run on this agent, and in a cluster the leader plans it: \
+                 while this agent leads nothing is compacted; give every agent the same \
+                 [compaction] settings and storage.compacted_bucket"
+            );
+        }
         return Ok(None);
     };
     let meta = weir_storage::BucketUrl::parse(&buckets.metadata.name)?;
@@ -605,10 +615,11 @@ impl Membership {
             cluster.control_advertise.clone()
         };
         let link = weir_cluster::GrpcLink::new(cluster.forward_timeout);
+        let queue_settings = config.compaction.queue_settings();
         let queues = weir_cluster::QueueNetwork::new(
             &address,
-            link.clone(),
-            config.compaction.queue_settings().inbox,
+            link.with_timeout(queue_settings.broker_timeout),
+            queue_settings.inbox,
         );
         let settings = weir_control::plane::ClusterSettings {
             lease_renew: cluster.lease_renew,

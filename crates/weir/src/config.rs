@@ -546,6 +546,9 @@ impl Config {
                  3 × cluster.lease_renew (> 0), and cluster.forward_timeout above 0"
             );
         }
+        if !cluster.control_advertise.is_empty() && cluster.control_listen.is_empty() {
+            bail!("cluster.control_advertise is set, but cluster.control_listen is not: a single agent has no control service");
+        }
         if !cluster.control_advertise.is_empty()
             && cluster
                 .control_advertise

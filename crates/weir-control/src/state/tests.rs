@@ -730,14 +730,16 @@ fn test_state_group_expiry_loses_to_a_later_commit_and_clocks_start_at_upgrade()
     assert_eq!(
         state.apply(&Entry::ExpireGroup {
             group: "g".into(),
-            last_commit_at_most_ms: 49_999
+            last_commit_at_most_ms: 49_999,
+            coordinator: None,
         }),
         EntryResult::ExpireGroup(false)
     );
     assert_eq!(
         state.apply(&Entry::ExpireGroup {
             group: "g".into(),
-            last_commit_at_most_ms: 50_000
+            last_commit_at_most_ms: 50_000,
+            coordinator: None,
         }),
         EntryResult::ExpireGroup(true)
     );
@@ -879,6 +881,15 @@ fn test_state_coordinator_fence_refuses_a_stale_coordinators_commit_and_old_reco
         state.apply(&delete_group(current)),
         EntryResult::DeleteGroup(Ok(_))
     ));
+    // An expiry by the old incarnation expires nothing.
+    state.apply(&commit(20, stamp(1, "b", state.registry.version)));
+    let expire = Entry::ExpireGroup {
+        group: "g".into(),
+        last_commit_at_most_ms: i64::MAX,
+        coordinator: stamp(1, "a", since),
+    };
+    assert_eq!(state.apply(&expire), EntryResult::ExpireGroup(false));
+    assert_eq!(state.committed_offset("g", "t", 0).unwrap().offset, 20);
     let old = r#"{"DeleteGroup":{"group":"g"}}"#;
     assert!(matches!(
         serde_json::from_str::<Entry>(old).unwrap(),

@@ -262,15 +262,14 @@ pub(crate) fn describe_cluster(
     context: RequestContext,
     _request: DescribeClusterRequest,
 ) -> Option<Bytes> {
-    let settings = &broker.settings;
+    let agents = broker.live_agents();
     let response = DescribeClusterResponse::default()
         .with_cluster_id(text(broker.control.read(|s| s.cluster_id.clone())))
-        .with_controller_id(BrokerId(settings.node_id))
+        .with_controller_id(BrokerId(broker.controller(&agents)))
         .with_endpoint_type(1)
         .with_cluster_authorized_operations(i32::MIN)
         .with_brokers(
-            broker
-                .live_agents()
+            agents
                 .into_iter()
                 .map(|agent| {
                     DescribeClusterBroker::default()

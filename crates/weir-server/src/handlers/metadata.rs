@@ -60,7 +60,6 @@ pub(crate) async fn handle(
             }
         }
     }
-    let settings = &broker.settings;
     let cluster_id = broker.control.read(|s| s.cluster_id.clone());
     let version = context.version;
     let mut response = MetadataResponse::default()
@@ -79,7 +78,7 @@ pub(crate) async fn handle(
         .with_topics(topics)
         .with_cluster_authorized_operations(OPERATIONS_NOT_REQUESTED);
     if version >= 1 {
-        response.controller_id = BrokerId(settings.node_id);
+        response.controller_id = BrokerId(broker.controller(&agents));
     }
     if version >= 2 {
         response.cluster_id = Some(text(cluster_id));

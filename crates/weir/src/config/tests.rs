@@ -245,4 +245,9 @@ fn test_config_control_advertise_is_host_and_port() {
     for bad in ["weir-0", ":9093", "host:port", "host:70000"] {
         assert!(load(bad).is_err(), "{bad} was accepted");
     }
+    let alone = Config::load(None, env(&[("WEIR_CLUSTER_CONTROL_ADVERTISE", "h:1")]));
+    assert!(
+        alone.is_err(),
+        "an advertised control address without a control service"
+    );
 }
