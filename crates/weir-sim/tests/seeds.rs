@@ -44,7 +44,7 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Vec<SimReport> {
 fn test_sim_seeds_0_to_39_exercise_every_fault() {
     let reports = run_seeds(0..40);
     let total = |count: fn(&SimReport) -> u64| reports.iter().map(count).sum::<u64>();
-    let kinds: [(&str, u64); 25] = [
+    let kinds: [(&str, u64); 26] = [
         ("crashes", total(|r| r.crashes.into())),
         ("takeovers", total(|r| r.takeovers.into())),
         ("dead log slots", total(|r| r.dead_slots)),
@@ -96,6 +96,10 @@ fn test_sim_seeds_0_to_39_exercise_every_fault() {
         (
             "cluster members cut off the metadata bucket",
             total(|r| r.agent_log_outages.into()),
+        ),
+        (
+            "cluster members cut off their peers and the metadata bucket at once",
+            total(|r| r.agent_isolations.into()),
         ),
     ];
     println!("fault totals over seeds 0-39: {kinds:?}");
