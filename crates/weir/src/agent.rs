@@ -219,9 +219,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         advertised_port: i32::from(local.port()),
         rack: (!config.agent.rack.is_empty()).then(|| config.agent.rack.clone()),
         cluster_incarnation: cluster_incarnation.clone(),
-        registration_grace: config.cluster.lease_timeout
-            + config.cluster.agent_timeout
-            + config.cluster.lease_renew * 3,
+        registration_grace: registration_grace(&config),
         auto_create_topics: config.kafka.auto_create_topics,
         default_partitions: config.kafka.num_partitions,
         max_frame_bytes: config.kafka.max_frame_bytes,
@@ -254,6 +252,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     ));
     let leave_clock = clock.clone();
     let wall_clock = clock;
+    if cluster_incarnation.is_some() {
+        await_registration(control.registration(), registration_grace(&config)).await;
+    }
     let server = Server::bind(&local.to_string(), broker.clone()).await?;
     info!(
         listen = %server.local_addr()?,
@@ -416,6 +417,35 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
 
 /// Resolves when the registry refuses this agent for good (another live agent has its node
 /// id); pending for ever otherwise.
+/// How long a cluster member waits to be registered before it serves Kafka clients anyway: a
+/// restart waits for its predecessor's fence (up to a failover and the agent timeout).
+fn registration_grace(config: &Config) -> std::time::Duration {
+    config.cluster.lease_timeout + config.cluster.agent_timeout + config.cluster.lease_renew * 3
+}
+
+/// Waits until this member is in the registry (or refused, or `grace` passed) before the
+/// Kafka listener opens: every agent then lists it by the time clients reach it, so a client
+/// bootstrapped at a restarted agent is not told by the others that it does not exist.
+async fn await_registration(
+    mut registration: watch::Receiver<weir_control::Registration>,
+    grace: std::time::Duration,
+) {
+    let settled = registration.wait_for(|now| {
+        matches!(
+            now,
+            weir_control::Registration::Registered { .. }
+                | weir_control::Registration::Refused { .. }
+        )
+    });
+    if tokio::time::timeout(grace, settled).await.is_err() {
+        tracing::warn!(
+            ?grace,
+            "not registered in the cluster yet (no leader reachable?); serving Kafka clients \
+             anyway: the other agents do not list this one until it registers"
+        );
+    }
+}
+
 async fn refused_registration(
     mut registration: watch::Receiver<weir_control::Registration>,
 ) -> String {
