@@ -54,11 +54,16 @@ def cluster(request, weir_bin, tmp_path, monkeypatch):
     teardown_all(agents)
 
 
+def clean(text: str) -> str:
+    """An agent log without its colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def joined_as(agent: Agent) -> str:
     """The role the agent logged when it joined at its latest start: Leader or Follower."""
     def latest() -> str:
         text = agent.log_text().split(f"start #{agent.starts}")[-1]
-        return re.sub(r"\x1b\[[0-9;]*m", "", text)
+        return clean(text)
 
     wait_until(lambda: "joined the cluster" in latest(), 30, "the agent joined")
     match = re.search(r"joined the cluster.*role=(Leader|Follower)", latest())

@@ -16,7 +16,7 @@ import pytest
 from checker import CheckedProducer, Report
 from cloud import s3_url
 from conftest import _AGENTS_BY_TEST, Agent, pick_free_port, teardown_all
-from test_cluster import joined_as
+from test_cluster import clean, joined_as
 from test_faults import IDEMPOTENT, PARTITIONS, acked, finish
 from weirtest import ck_consume, ck_create_topics, unique, wait_topic, wait_until
 
@@ -54,7 +54,7 @@ def s3_cluster(request, weir_bin, tmp_path, monkeypatch, cloud_env, moto_server,
 
 def plain(agent: Agent) -> str:
     """The agent's log without colour codes."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", agent.log_text())
+    return clean(agent.log_text())
 
 
 def test_a_leader_that_loses_its_buckets_is_replaced_and_follows_when_they_return(s3_cluster):

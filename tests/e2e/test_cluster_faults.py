@@ -19,7 +19,7 @@ import pytest
 from checker import CheckedProducer, Report, analyze, parse
 from conftest import Agent
 from kafka_raw import connect, fetch_v4
-from test_cluster import (cluster, epochs, joined_as, partition_leaders,  # noqa: F401
+from test_cluster import (clean, cluster, epochs, joined_as, partition_leaders,  # noqa: F401
                           produce_retrying, wait_registry)
 from test_faults import assert_failpoint_abort, publish, stop_producers
 from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
@@ -76,10 +76,6 @@ def rejoined(agent: Agent) -> str:
     wait_until(lambda: "registered in the cluster" in
                agent.log_text().split(f"start #{agent.starts}")[-1], 30, "the agent registered")
     return role
-
-
-def clean(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def led_epochs(agent: Agent) -> list:
