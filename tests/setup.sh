@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the end-to-end tests need: Debian's kcat, a Python venv with the Kafka clients and
-# the S3 server (moto), and the Azure Blob emulator (azurite, npm) under tests/cloud/node_modules.
+# Installs what the end-to-end tests need: Debian's kcat and Chromium (headless), a Python venv
+# with the Kafka clients and the S3 server (moto), and the Azure Blob emulator (azurite, npm) under
+# tests/cloud/node_modules.
 # Idempotent; used by `make test` and `.ci/run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ export DEBIAN_FRONTEND=noninteractive
 apt_missing=()
 command -v kcat >/dev/null 2>&1 || apt_missing+=(kcat)
 command -v npm >/dev/null 2>&1 || apt_missing+=(nodejs npm)
+# Headless Chromium loads the status page in tests/e2e/test_status_page.py.
+command -v chromium >/dev/null 2>&1 || apt_missing+=(chromium)
 if [ ${#apt_missing[@]} -gt 0 ]; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -118,6 +118,9 @@ class Agent:
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
         self.extra_args = list(extra_args)
+        # The HTTP endpoint (/metrics, /healthz, /readyz, /): its own free port, kept across
+        # restarts like the Kafka port (the default 9644 would collide between agents).
+        self.http_port = pick_free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         # True while we expect the process to be running; lets teardown detect
@@ -130,6 +133,10 @@ class Agent:
         return f"{self.host}:{self.port}"
 
     @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
@@ -139,6 +146,7 @@ class Agent:
     def command(self) -> list[str]:
         cmd = [str(self.binary), "agent",
                "--listen", self.bootstrap,
+               "--http-listen", f"{self.host}:{self.http_port}",
                "--data-dir", str(self.data_dir)]
         flush = os.environ.get("WEIR_E2E_FLUSH_INTERVAL", "5ms")
         if flush:

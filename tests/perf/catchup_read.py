@@ -47,7 +47,7 @@ def main() -> None:
                WEIR_KAFKA_MAX_FETCH_BYTES=str(args.fetch_mib * MIB),
                RUST_LOG="warn")
     log = open(os.path.join(data, "agent.log"), "w")
-    agent = subprocess.Popen([args.bin, "agent", "--listen", f"127.0.0.1:{port}", "--data-dir", data,
+    agent = subprocess.Popen([args.bin, "agent", "--listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0", "--data-dir", data,
                               "--storage-profile", args.profile], env=env, stdout=log, stderr=log)
     try:
         wait_ready(port, agent)

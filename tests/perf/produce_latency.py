@@ -65,7 +65,7 @@ def main() -> None:
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="weir-perf-")
     log = open(os.path.join(data_dir, "agent.log"), "wb")
-    cmd = [args.bin, "agent", "--listen", f"127.0.0.1:{port}", "--data-dir", os.path.join(data_dir, "data"),
+    cmd = [args.bin, "agent", "--listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0", "--data-dir", os.path.join(data_dir, "data"),
            "--storage-profile", args.profile, *args.agent_arg]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:

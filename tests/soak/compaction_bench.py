@@ -94,7 +94,7 @@ def main() -> None:
     report_path = root / "report.json"
     env = dict(os.environ, WEIR_STORAGE_CACHE_BYTES="0", MALLOC_ARENA_MAX="2")
     log = open(root / "agent.log", "w")
-    agent = subprocess.Popen([args.weir, "agent", "--listen", f"127.0.0.1:{port}",
+    agent = subprocess.Popen([args.weir, "agent", "--listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0",
                               "--data-dir", str(data), "--flush-interval", "20ms",
                               "--storage-report", str(report_path)],
                              stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -186,7 +186,7 @@ def main() -> int:
         "WEIR_PRODUCE_INIT_PRODUCER_ID_BURST": "1000",
     })
     log = open(work / "agent.log", "w")
-    agent = subprocess.Popen([args.weir, "agent", "--listen", f"127.0.0.1:{port}",
+    agent = subprocess.Popen([args.weir, "agent", "--listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0",
                               "--data-dir", str(work / "data")],
                              stdout=log, stderr=subprocess.STDOUT, env=env)
     bootstrap = f"127.0.0.1:{port}"

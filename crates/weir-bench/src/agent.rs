@@ -50,6 +50,11 @@ impl SpawnedAgent {
             args.push(format!("127.0.0.1:{port}"));
             format!("127.0.0.1:{port}")
         };
+        if !has("--http-listen") {
+            // Any free port: the default 9644 may be taken (another agent, a real deployment).
+            args.push("--http-listen".into());
+            args.push("127.0.0.1:0".into());
+        }
         let data_dir = if has("--data-dir") {
             PathBuf::from(flag_value(extra_args, "--data-dir").context("--data-dir needs a value")?)
         } else {

@@ -27,6 +27,7 @@ pub mod leadership;
 pub mod link;
 pub mod log;
 pub mod maintenance;
+pub mod metrics;
 pub mod plane;
 pub mod replica;
 pub mod state;
@@ -46,4 +47,4 @@ pub use state::{
     ChunkedIndex, CommittedOffset, IndexEntry, PartitionState, RegisteredAgent, Registry, State,
     Topic, CHUNK_ENTRIES,
 };
-pub use summary::TopicSummary;
+pub use summary::{GroupLag, StateCounts, TopicSummary};

@@ -87,6 +87,8 @@ pub struct ControlPlaneSettings {
     /// control plane is a cluster of one that always leads, claiming again whenever another
     /// writer overtakes it.
     pub cluster: Option<ClusterSettings>,
+    /// Where the writer counts its slots and snapshots (`/metrics`).
+    pub metrics: crate::metrics::ControlMetrics,
 }
 
 /// A cluster member's identity and timing (RFC 0002 §2). `ControlPlaneSettings::address` is
@@ -155,6 +157,7 @@ impl Default for ControlPlaneSettings {
             appendable: None,
             prewarmed_slots: 0,
             cluster: None,
+            metrics: crate::metrics::ControlMetrics::default(),
         }
     }
 }

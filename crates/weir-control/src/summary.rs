@@ -31,6 +31,71 @@ impl State {
     }
 }
 
+/// How big the state is, for `/metrics` (`weir_state_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateCounts {
+    pub topics: usize,
+    pub partitions: usize,
+    /// Batch index entries over every partition.
+    pub index_entries: usize,
+    /// Idempotent producer ids with state.
+    pub producers: usize,
+    /// Groups with committed offsets.
+    pub groups: usize,
+    /// Files the log names (live and released).
+    pub files: usize,
+}
+
+/// A consumer group's lag: over its committed partitions, high watermark − committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLag {
+    pub group: String,
+    pub lag: i64,
+    /// Partitions with a committed offset in a topic that still exists.
+    pub partitions: usize,
+}
+
+impl State {
+    /// The sizes of the state's collections.
+    pub fn counts(&self) -> StateCounts {
+        let partitions = self.topics.values().flat_map(|t| &t.partitions);
+        StateCounts {
+            topics: self.topics.len(),
+            partitions: partitions.clone().count(),
+            index_entries: partitions.map(|p| p.index.len()).sum(),
+            producers: self.producer_epochs.len(),
+            groups: self.group_offsets.len(),
+            files: self.files.len() + self.released.len(),
+        }
+    }
+
+    /// Every group's lag, in group order. A commit past the high watermark counts as no lag.
+    pub fn group_lags(&self) -> Vec<GroupLag> {
+        self.group_offsets
+            .iter()
+            .map(|(group, topics)| {
+                let mut lag = GroupLag {
+                    group: group.clone(),
+                    lag: 0,
+                    partitions: 0,
+                };
+                for (topic, partitions) in topics {
+                    let Some(topic) = self.topics.get(topic) else {
+                        continue;
+                    };
+                    for (&partition, committed) in partitions {
+                        if let Some(state) = topic.partition(partition) {
+                            lag.lag += (state.high_watermark - committed.offset).max(0);
+                            lag.partitions += 1;
+                        }
+                    }
+                }
+                lag
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -38,7 +103,7 @@ mod tests {
     use weir_common::FileId;
 
     use super::*;
-    use crate::entry::{BatchCommit, Entry, FileCommit};
+    use crate::entry::{BatchCommit, Entry, FileCommit, OffsetCommit};
 
     #[test]
     fn test_summary_names_partition_counts_without_indexes() {
@@ -89,5 +154,46 @@ mod tests {
                 },
             ]
         );
+        let counts = state.counts();
+        assert_eq!((counts.topics, counts.partitions), (2, 4));
+        assert_eq!(
+            (counts.index_entries, counts.files, counts.groups),
+            (100, 100, 0)
+        );
+
+        // Partition b-1 has 100 records: a group at 40 lags 60, one past the end lags 0, and a
+        // commit of a partition that does not exist is not counted.
+        let commit = |group: &str, partition: i32, offset: i64| Entry::CommitOffsets {
+            group: group.into(),
+            offsets: vec![OffsetCommit {
+                topic: "b".into(),
+                partition,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+            at_ms: 0,
+            coordinator: None,
+        };
+        state.apply(&commit("g1", 1, 40));
+        state.apply(&commit("g1", 9, 0));
+        state.apply(&commit("g2", 1, 500));
+        let lags = state.group_lags();
+        assert_eq!(
+            lags,
+            vec![
+                GroupLag {
+                    group: "g1".into(),
+                    lag: 60,
+                    partitions: 1
+                },
+                GroupLag {
+                    group: "g2".into(),
+                    lag: 0,
+                    partitions: 1
+                },
+            ]
+        );
+        assert_eq!(state.counts().groups, 2);
     }
 }

@@ -53,6 +53,8 @@ fn start_agent() -> Agent {
             "agent",
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--http-listen",
+            "127.0.0.1:0",
             "--data-dir",
         ])
         .arg(dir.path().join("data"))

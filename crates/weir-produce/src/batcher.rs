@@ -16,6 +16,7 @@ use weir_format::{BatchMeta, FileBuilder};
 use weir_storage::ReadCache;
 
 use crate::committer::UploadedFile;
+use crate::metrics::{ProduceMetrics, Stage};
 use crate::pipeline::{ProduceSettings, QueuedTicket, TicketOutcome};
 use crate::uploader::{self, Destination};
 
@@ -25,6 +26,8 @@ type SectionKey = (TopicId, i32);
 pub(crate) struct TicketSlot {
     pub(crate) reply: oneshot::Sender<TicketOutcome>,
     pub(crate) placements: Vec<(SectionKey, usize, usize)>,
+    /// When its batches entered the open file (the `batch_wait` stage starts).
+    pub(crate) appended_at: Instant,
 }
 
 struct OpenFile {
@@ -43,6 +46,7 @@ pub(crate) struct Batcher {
     sealed_count: Arc<AtomicU64>,
     uploads: mpsc::UnboundedSender<UploadedFile>,
     permits: Arc<Semaphore>,
+    metrics: ProduceMetrics,
 }
 
 impl Batcher {
@@ -65,7 +69,14 @@ impl Batcher {
             sealed_count,
             uploads,
             permits,
+            metrics: ProduceMetrics::new(),
         }
+    }
+
+    /// Counts into `metrics` (the pipeline's, which the agent registers).
+    pub(crate) fn with_metrics(mut self, metrics: ProduceMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub(crate) async fn run(mut self, mut tickets: mpsc::Receiver<QueuedTicket>) {
@@ -88,6 +99,7 @@ impl Batcher {
                         section_counts: HashMap::new(),
                         deadline: Instant::now() + self.settings.flush_interval,
                     });
+                    self.metrics.observe(Stage::Queue, queued.queued_at);
                     append(file, queued);
                     if file.builder.batch_bytes() >= self.settings.max_file_bytes {
                         let full = open.take().expect("just appended");
@@ -106,9 +118,14 @@ impl Batcher {
             return;
         };
         let seq = self.sealed_count.fetch_add(1, Ordering::SeqCst) + 1;
+        for slot in &file.tickets {
+            self.metrics.observe(Stage::BatchWait, slot.appended_at);
+        }
         // The id on the PUT path; a pooled item brings its own.
         let file_id = FileId::new(self.clock.now_ms(), &mut self.rng);
         let encoded = file.builder.finish();
+        self.metrics.files_sealed.inc();
+        self.metrics.file_size.observe(encoded.total_len as f64);
         let mut section_starts: HashMap<SectionKey, usize> = HashMap::new();
         let mut batches = Vec::new();
         for section in &encoded.footer.partitions {
@@ -153,9 +170,22 @@ impl Batcher {
         let cache = self.cache.clone();
         let uploads = self.uploads.clone();
         let attempts = self.settings.upload_attempts;
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            let (file_id, result) =
-                uploader::upload(&destination, &cache, file_id, &encoded, attempts, seq).await;
+            let started = Instant::now();
+            metrics.uploads_in_flight.inc();
+            let (file_id, result) = uploader::upload(
+                &destination,
+                &cache,
+                file_id,
+                &encoded,
+                attempts,
+                seq,
+                &metrics,
+            )
+            .await;
+            metrics.uploads_in_flight.dec();
+            metrics.observe(Stage::Upload, started);
             drop(permit);
             let _ = uploads.send(UploadedFile {
                 seq,
@@ -192,6 +222,7 @@ fn append(file: &mut OpenFile, queued: QueuedTicket) {
     file.tickets.push(TicketSlot {
         reply: queued.reply,
         placements,
+        appended_at: Instant::now(),
     });
 }
 

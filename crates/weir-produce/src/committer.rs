@@ -23,6 +23,7 @@ use weir_common::{failpoint, FileId};
 use weir_control::{BatchOutcome, ControlError, ControlPlane, Entry, EntryResult, FileCommit};
 
 use crate::batcher::TicketSlot;
+use crate::metrics::{ProduceMetrics, Stage};
 use crate::pipeline::{partition_outcome, PartitionOutcome, ProduceError};
 
 pub(crate) struct UploadedFile {
@@ -37,6 +38,7 @@ pub(crate) struct Committer {
     sealed_count: Arc<AtomicU64>,
     uploads: mpsc::UnboundedReceiver<UploadedFile>,
     agent: String,
+    metrics: ProduceMetrics,
 }
 
 /// Where the commit chain stands.
@@ -54,6 +56,7 @@ impl Committer {
         control: ControlPlane,
         sealed_count: Arc<AtomicU64>,
         agent: String,
+        metrics: ProduceMetrics,
     ) -> (Self, mpsc::UnboundedSender<UploadedFile>) {
         let (uploads_tx, uploads_rx) = mpsc::unbounded_channel();
         let committer = Self {
@@ -61,6 +64,7 @@ impl Committer {
             sealed_count,
             uploads: uploads_rx,
             agent,
+            metrics,
         };
         (committer, uploads_tx)
     }
@@ -160,6 +164,7 @@ impl Committer {
         commit.agent = self.agent.clone();
         commit.previous = chain.tip;
         let file_id = commit.file_id;
+        let started = tokio::time::Instant::now();
         let pending = match self.control.enqueue(Entry::CommitFile(commit)).await {
             Ok(pending) => pending,
             Err(err) => return fail_tickets(tickets, ProduceError::Control(err)),
@@ -167,8 +172,11 @@ impl Committer {
         chain.tip = Some(file_id);
         chain.in_flight += 1;
         let results = results.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            let committed = match pending.await {
+            let committed = pending.await;
+            metrics.observe(Stage::Commit, started);
+            let committed = match committed {
                 Ok(EntryResult::CommitFile(outcomes)) => {
                     failpoint::hit(failpoint::AFTER_COMMIT_BEFORE_ACK);
                     // A commit rejected whole did not become the chain's tip.

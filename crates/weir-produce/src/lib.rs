@@ -13,9 +13,11 @@
 
 mod batcher;
 mod committer;
+mod metrics;
 mod pipeline;
 mod uploader;
 
+pub use metrics::ProduceMetrics;
 pub use pipeline::{
     PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
     ProduceTicket, TicketOutcome,

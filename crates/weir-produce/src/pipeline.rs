@@ -12,6 +12,7 @@ use weir_storage::{QuorumWriter, ReadCache};
 
 use crate::batcher::Batcher;
 use crate::committer::Committer;
+use crate::metrics::ProduceMetrics;
 use crate::uploader::{Destination, IngestWrites};
 
 /// Produce-path tuning. Each knob trades latency against object-store cost.
@@ -93,12 +94,15 @@ pub type TicketOutcome = Vec<PartitionOutcome>;
 pub(crate) struct QueuedTicket {
     pub(crate) ticket: ProduceTicket,
     pub(crate) reply: oneshot::Sender<TicketOutcome>,
+    /// When the handler submitted it (the `queue` stage starts).
+    pub(crate) queued_at: tokio::time::Instant,
 }
 
 /// Handle to the agent's produce pipeline; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ProducePipeline {
     tickets: mpsc::Sender<QueuedTicket>,
+    metrics: ProduceMetrics,
 }
 
 impl std::fmt::Debug for QueuedTicket {
@@ -145,7 +149,9 @@ impl ProducePipeline {
         let (tickets_tx, tickets_rx) = mpsc::channel(settings.queue_depth.max(1));
         let sealed_count = Arc::new(AtomicU64::new(0));
         let agent = format!("agent-{seed:016x}");
-        let (committer, uploads_tx) = Committer::new(control, sealed_count.clone(), agent);
+        let metrics = ProduceMetrics::new();
+        let (committer, uploads_tx) =
+            Committer::new(control, sealed_count.clone(), agent, metrics.clone());
         tokio::spawn(committer.run());
         let batcher = Batcher::new(
             settings,
@@ -158,11 +164,18 @@ impl ProducePipeline {
             seed,
             sealed_count,
             uploads_tx,
-        );
+        )
+        .with_metrics(metrics.clone());
         tokio::spawn(batcher.run(tickets_rx));
         Self {
             tickets: tickets_tx,
+            metrics,
         }
+    }
+
+    /// The pipeline's metrics, for the agent to register.
+    pub fn metrics(&self) -> &ProduceMetrics {
+        &self.metrics
     }
 
     /// Queues a ticket (waiting if the pipeline is full) and returns a future for its outcome.
@@ -175,7 +188,11 @@ impl ProducePipeline {
         let (reply, outcome) = oneshot::channel();
         let sent = self
             .tickets
-            .send(QueuedTicket { ticket, reply })
+            .send(QueuedTicket {
+                ticket,
+                reply,
+                queued_at: tokio::time::Instant::now(),
+            })
             .await
             .is_ok();
         async move {

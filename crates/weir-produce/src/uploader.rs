@@ -57,6 +57,7 @@ pub(crate) async fn upload(
     encoded: &EncodedFile,
     attempts: u32,
     seq: u64,
+    metrics: &crate::ProduceMetrics,
 ) -> (FileId, Result<Vec<usize>, String>) {
     let mut backoff = Backoff::new(Duration::from_millis(25), Duration::from_secs(1));
     let mut rng = fastrand::Rng::with_seed(seq);
@@ -76,6 +77,7 @@ pub(crate) async fn upload(
             Ok(holders) => break (file_id, key, holders),
             Err(err) if attempt < attempts.max(1) && err.is_retryable() => {
                 warn!(seq, %key, attempt, error = %err, "file upload failed, retrying");
+                metrics.upload_retries.inc();
                 tokio::time::sleep(backoff.next_delay(&mut rng)).await;
             }
             Err(err) => {

@@ -164,6 +164,25 @@ pub fn split_and_validate(records: &Bytes) -> Result<Vec<ValidatedBatch>, BatchE
     Ok(batches)
 }
 
+/// Records in a record set of whole v2 batches (as a fetch returns), read from each header's
+/// record count; stops at the first batch that does not fit (a truncated tail counts nothing).
+pub fn count_records(records: &[u8]) -> u64 {
+    let mut count = 0u64;
+    let mut position = 0usize;
+    while let Some(header) = records.get(position..position + RECORD_BATCH_HEADER_LEN) {
+        let batch_len = i32::from_be_bytes(field(header, 8));
+        let Ok(len) = usize::try_from(batch_len) else {
+            break;
+        };
+        if position + LOG_OVERHEAD + len > records.len() {
+            break;
+        }
+        count += u64::try_from(i32::from_be_bytes(field(header, 57))).unwrap_or(0);
+        position += LOG_OVERHEAD + len;
+    }
+    count
+}
+
 fn validate_header(header: &BatchHeader, remaining: &[u8]) -> Result<(), BatchError> {
     if header.magic != 2 {
         return Err(BatchError::BadMagic(header.magic));
@@ -238,6 +257,17 @@ pub fn build_test_batch(count: i32, first_timestamp: i64, producer: (i64, i16, i
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn test_count_records_sums_whole_batches_only() {
+        let mut set = build_test_batch(3, 0, (-1, -1, -1)).to_vec();
+        set.extend_from_slice(&build_test_batch(5, 0, (-1, -1, -1)));
+        assert_eq!(count_records(&set), 8);
+        // A truncated last batch (as a fetch at max_bytes may end) counts nothing.
+        assert_eq!(count_records(&set[..set.len() - 1]), 3);
+        assert_eq!(count_records(&[]), 0);
+        assert_eq!(count_records(&[0xff; 70]), 0);
+    }
 
     #[test]
     fn test_batch_split_validates_two_batches() {

@@ -15,6 +15,7 @@ use weir_produce::ProducePipeline;
 use crate::admission::{AdmissionSettings, ProducerAdmission};
 use crate::handlers::record_checks::ProduceValidation;
 use crate::memory::ResponseBudget;
+use crate::metrics::KafkaMetrics;
 use crate::request_memory::RequestMemory;
 
 /// Kafka-facing settings of an agent.
@@ -67,6 +68,9 @@ pub struct BrokerSettings {
     /// `retention.default_ms` / `retention.default_bytes`: what retention enforces on topics that
     /// set neither, so DescribeConfigs and CreateTopics report them as those topics' values.
     pub retention: RetentionDefaults,
+    /// Topics with their own `topic` label in the produced/fetched metrics; the rest are
+    /// counted under `_other` (`http.max_topic_labels`).
+    pub max_topic_labels: usize,
 }
 
 impl Default for BrokerSettings {
@@ -95,6 +99,7 @@ impl Default for BrokerSettings {
             max_decompressed_bytes: 32 * 1024 * 1024,
             producer_admission: AdmissionSettings::default(),
             retention: RetentionDefaults::default(),
+            max_topic_labels: 100,
         }
     }
 }
@@ -109,6 +114,8 @@ pub struct Broker {
     /// The consumer group coordinator for the groups placed on this agent.
     pub groups: GroupCoordinator,
     pub clock: Arc<dyn Clock>,
+    /// What connections and handlers count (`/metrics`); the agent registers it.
+    pub metrics: KafkaMetrics,
     /// Request bytes held across all connections (frames read, decoded, not yet answered).
     pub(crate) request_memory: Arc<RequestMemory>,
     /// Fetch response bytes held across all connections (built, or waiting for the socket);
@@ -140,6 +147,7 @@ impl Broker {
             request_memory: RequestMemory::new(request_bytes),
             fetch_memory: ResponseBudget::new(settings.max_inflight_fetch_bytes),
             producer_admission: ProducerAdmission::new(settings.producer_admission),
+            metrics: KafkaMetrics::new(settings.max_topic_labels),
             settings,
             control,
             produce,

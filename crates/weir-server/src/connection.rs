@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use weir_protocol::frame::{read_frame_len, read_frame_rest, FrameError};
 
 use crate::broker::Broker;
-use crate::dispatch::{dispatch, ConnectionFacts, Dispatched};
+use crate::dispatch::{dispatch, ConnectionFacts, Dispatched, RESPONSE_ERROR};
 use crate::order::{Order, Sequencer};
 use crate::request_memory::MemoryCharge;
 
@@ -113,6 +113,10 @@ async fn read_requests(
         } else {
             None
         };
+        let read_at = std::time::Instant::now();
+        let version = frame
+            .get(2..4)
+            .map_or(-1, |v| i16::from_be_bytes([v[0], v[1]]));
         let order = Order::of(api_key);
         if let Some(gate) = sequencer.before_dispatch(order) {
             // A produce enters the pipeline only after the non-produce requests before it took
@@ -125,8 +129,20 @@ async fn read_requests(
         match dispatch(&broker, frame, peer, &facts).await {
             Dispatched::Respond(work) => {
                 let turn = sequencer.next(order);
+                let broker = broker.clone();
                 let handle = tokio::spawn(async move {
-                    let response = turn.run(work).await;
+                    let error = std::cell::Cell::new(None);
+                    let (response, error) = RESPONSE_ERROR
+                        .scope(error, async {
+                            let response = turn.run(work).await;
+                            (response, RESPONSE_ERROR.with(std::cell::Cell::get))
+                        })
+                        .await;
+                    if let Ok(api) = kafka_protocol::messages::ApiKey::try_from(api_key) {
+                        broker
+                            .metrics
+                            .request_done(api, version, error, read_at.elapsed());
+                    }
                     drop(charge);
                     response
                 });

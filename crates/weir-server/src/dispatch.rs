@@ -14,6 +14,13 @@ use weir_protocol::versions::is_supported;
 
 use crate::broker::Broker;
 use crate::handlers;
+use crate::metrics::ResponseError;
+
+tokio::task_local! {
+    /// The error code of the response being built on this task, for the request metrics
+    /// (`connection.rs` scopes it around each request's response future).
+    pub(crate) static RESPONSE_ERROR: std::cell::Cell<Option<i16>>;
+}
 
 pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
 
@@ -35,8 +42,9 @@ pub(crate) struct RequestContext {
 }
 
 impl RequestContext {
-    /// Encodes `body` as this request's response frame.
-    pub(crate) fn encode<M: Encodable>(&self, body: &M) -> Option<Bytes> {
+    /// Encodes `body` as this request's response frame, noting its error code for the metrics.
+    pub(crate) fn encode<M: Encodable + ResponseError>(&self, body: &M) -> Option<Bytes> {
+        let _ = RESPONSE_ERROR.try_with(|error| error.set(Some(body.error_code())));
         let header_version = self.api_key.response_header_version(self.version);
         match encode_response(self.correlation_id, header_version, body, self.version) {
             Ok(bytes) => Some(bytes),
@@ -108,7 +116,10 @@ pub(crate) async fn dispatch(
     };
     if !is_supported(api_key, version) {
         if api_key == ApiKey::ApiVersions {
-            return ready(handlers::api_versions::unsupported(context));
+            // Built in the request's turn, like every response, so its error code is counted.
+            return Dispatched::Respond(Box::pin(async move {
+                handlers::api_versions::unsupported(context)
+            }));
         }
         return Dispatched::Close(format!("unsupported version {version} of {api_key:?}"));
     }
@@ -143,7 +154,7 @@ async fn route(
     use handlers::*;
     let broker = broker.clone();
     match request {
-        RequestKind::ApiVersions(_) => ready(api_versions::handle(context)),
+        RequestKind::ApiVersions(_) => lazy(broker, move |_| api_versions::handle(context)),
         RequestKind::FindCoordinator(request) => lazy(broker, move |broker| {
             coordinator::find_coordinator(&broker, context, request)
         }),

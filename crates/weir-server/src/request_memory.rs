@@ -33,13 +33,11 @@ impl RequestMemory {
         })
     }
 
-    #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Bytes charged to requests right now; never above the capacity.
-    #[cfg(test)]
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
     }

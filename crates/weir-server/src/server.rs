@@ -45,15 +45,23 @@ impl Server {
                         }
                     };
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
-                        warn!(%peer, "connection limit reached, refusing connection");
+                        self.broker.metrics.refused.inc();
+                        warn!(
+                            %peer,
+                            "connection limit reached, refusing connection: raise \
+                             kafka.max_connections if clients need more"
+                        );
                         drop(stream);
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
                     let broker = self.broker.clone();
                     let stop = shutdown.clone();
+                    broker.metrics.accepted.inc();
+                    broker.metrics.connections.inc();
                     connections.spawn(async move {
-                        connection::serve(broker, stream, peer, stop).await;
+                        connection::serve(broker.clone(), stream, peer, stop).await;
+                        broker.metrics.connections.dec();
                         drop(permit);
                     });
                 }

@@ -226,7 +226,7 @@ impl PriceTable {
         }
     }
 
-    fn per_1k(&self, class: RequestClass) -> f64 {
+    pub fn per_1k(&self, class: RequestClass) -> f64 {
         match class {
             RequestClass::Put => self.put_per_1k,
             RequestClass::Get => self.get_per_1k,

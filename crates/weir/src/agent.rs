@@ -94,6 +94,9 @@ pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     if let Some(address) = &args.control_advertise {
         config.cluster.control_advertise = address.clone();
     }
+    if let Some(address) = &args.http_listen {
+        config.http.listen = address.clone();
+    }
     if args.no_compaction {
         config.compaction.enabled = false;
     }
@@ -136,6 +139,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let pending = buckets.verify().await?;
     let verifying = pending.map(|p| p.spawn());
     let storage_stats = buckets.stats.clone();
+    let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
+    let control_metrics = weir_control::metrics::ControlMetrics::new();
+    let observing =
+        crate::observe::start(&config, &buckets, cache.clone(), &control_metrics).await?;
     let metadata = buckets.metadata.store.clone();
     let listener = tokio::net::TcpListener::bind(&config.agent.listen)
         .await
@@ -163,6 +170,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             appendable: buckets.metadata.appendable.clone(),
             prewarmed_slots: config.control.prewarmed_slots,
             cluster: member.as_ref().map(|m| m.settings.clone()),
+            metrics: control_metrics,
             ..ControlPlaneSettings::default()
         },
         seed,
@@ -184,7 +192,6 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket)
             .with_read_hedge_after(config.storage.read_hedge_after),
     );
-    let cache = Arc::new(ReadCache::new(config.storage.cache_bytes));
     let ingest = ingest_writes(&config, &buckets, clock.clone(), seed)?;
     let produce = ProducePipeline::start_with(
         ProduceSettings {
@@ -241,6 +248,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             max_producer_ids: config.produce.max_producer_ids,
         },
         retention: config.retention.settings().defaults,
+        max_topic_labels: config.http.max_topic_labels,
     };
     let broker = Arc::new(Broker::new(
         settings,
@@ -256,6 +264,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         await_registration(control.registration(), registration_grace(&config)).await;
     }
     let server = Server::bind(&local.to_string(), broker.clone()).await?;
+    // Only now can /readyz say ready: the Kafka listener is bound.
+    observing.attach(&broker)?;
     info!(
         listen = %server.local_addr()?,
         data_dir = %config.agent.data_dir.display(),
@@ -405,6 +415,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         let _ = reporting.await;
         crate::report::write_final(&config.agent.storage_report, &report).await;
     }
+    observing.stop().await;
     info!("stopped");
     match refused {
         Some(address) => anyhow::bail!(

@@ -24,6 +24,21 @@ pub(crate) struct Config {
     pub(crate) gc: GcConfig,
     pub(crate) compaction: CompactionConfig,
     pub(crate) cluster: ClusterConfig,
+    pub(crate) http: HttpConfig,
+}
+
+/// `[http]`: the metrics, health and status endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpConfig {
+    /// "" disables the endpoint.
+    pub(crate) listen: String,
+    #[serde(with = "humantime_serde")]
+    pub(crate) probe_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) probe_timeout: Duration,
+    pub(crate) max_topic_labels: usize,
+    pub(crate) max_group_labels: usize,
 }
 
 /// `[cluster]` (RFC 0002).
@@ -667,7 +682,13 @@ fn apply_env(
 }
 
 /// Variables read by command-line flags directly (see `main.rs`).
-const SHORT_ENV: &[&str] = &["WEIR_LISTEN", "WEIR_DATA_DIR", "WEIR_CONFIG", "WEIR_LOG"];
+const SHORT_ENV: &[&str] = &[
+    "WEIR_LISTEN",
+    "WEIR_DATA_DIR",
+    "WEIR_CONFIG",
+    "WEIR_LOG",
+    "WEIR_LOG_FORMAT",
+];
 
 fn parse_env_value(raw: &str, current: &toml::Value) -> anyhow::Result<toml::Value> {
     if current.is_str() {

@@ -3,6 +3,7 @@
 mod agent;
 mod buckets;
 mod config;
+mod observe;
 mod report;
 
 use std::path::PathBuf;
@@ -18,6 +19,16 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log format: text (colour only on a terminal) or json (one object per line). Filter
+    /// with WEIR_LOG or RUST_LOG, e.g. "info,weir_control=debug".
+    #[arg(
+        long,
+        global = true,
+        env = "WEIR_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +126,19 @@ pub(crate) struct AgentArgs {
     /// Write the object-storage counters as JSON to this file (every second and at shutdown).
     #[arg(long)]
     storage_report: Option<PathBuf>,
+    /// Address of the HTTP endpoint (/metrics, /healthz, /readyz, status page at /), e.g.
+    /// 127.0.0.1:9644; "" for none (http.listen).
+    #[arg(long)]
+    http_listen: Option<String>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; coloured only when stdout is a terminal.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
 }
 
 /// `weir bench ARGS`: replaces this process with `weir-bench ARGS`, found next to this binary
@@ -141,10 +165,16 @@ fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match cli.log_format {
+        LogFormat::Text => {
+            use std::io::IsTerminal as _;
+            logs.with_ansi(std::io::stdout().is_terminal()).init();
+        }
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     match cli.command {
         Command::Agent(args) => {
             let config = agent::resolve_config(&args)?;

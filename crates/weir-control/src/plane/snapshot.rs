@@ -83,6 +83,7 @@ pub(super) struct SnapshotJob {
     pub(super) inline: bool,
     pub(super) log_gc: bool,
     pub(super) claim: SnapshotClaim,
+    pub(super) metrics: crate::metrics::ControlMetrics,
 }
 
 impl SnapshotJob {
@@ -99,7 +100,9 @@ impl SnapshotJob {
             inline,
             log_gc,
             claim,
+            metrics,
         } = self;
+        let started = Instant::now();
         let written = if inline {
             log.write_snapshot(epoch, seq, &state, &fence).await
         } else {
@@ -107,7 +110,16 @@ impl SnapshotJob {
                 .await
         };
         match written {
-            Ok(written) => debug!(seq, epoch, ?written, "snapshot written"),
+            Ok(written) => {
+                metrics.snapshots.inc();
+                metrics
+                    .snapshot_bytes
+                    .set((written.bytes + written.index_bytes) as i64);
+                metrics
+                    .snapshot_duration
+                    .observe(started.elapsed().as_secs_f64());
+                debug!(seq, epoch, ?written, "snapshot written");
+            }
             Err(err @ (LogError::Encode { .. } | LogError::SnapshotEncoder(_))) => {
                 error!(seq, error = %err, "snapshot skipped: the state cannot be encoded");
                 return;

@@ -185,7 +185,13 @@ impl Writer {
                         pending.push_back(slot);
                         let log = self.log.clone();
                         let (seq, epoch) = (position.next_seq - 1, position.epoch);
-                        inflight.push_back(async move { log.write_slot(seq, epoch, bytes).await });
+                        let metrics = self.settings.metrics.clone();
+                        inflight.push_back(async move {
+                            let started = tokio::time::Instant::now();
+                            let written = log.write_slot(seq, epoch, bytes).await;
+                            metrics.slot_duration.observe(started.elapsed().as_secs_f64());
+                            written
+                        });
                     }
                 }
                 else => {}
@@ -216,6 +222,10 @@ impl Writer {
             waiters.push((reply, self.working.apply(&entry)));
             entries.push(entry);
         }
+        self.settings
+            .metrics
+            .entries_per_slot
+            .observe(entries.len() as f64);
         let record = LogRecord::new(entries);
         let bytes = LogStore::encode_record(position.epoch, seq, &record);
         let slot = PendingSlot {
@@ -231,6 +241,7 @@ impl Writer {
     /// and answer its callers.
     fn complete(&mut self, slot: PendingSlot, epoch: u64) {
         weir_common::failpoint::hit(weir_common::failpoint::AFTER_LOG_WRITE_BEFORE_PUBLISH);
+        self.settings.metrics.log_slots.inc();
         let claim = self.snapshots.slot_durable(slot.bytes, &self.settings);
         let snapshot = {
             let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
@@ -262,6 +273,7 @@ impl Writer {
                 inline: self.settings.encode_snapshots_inline,
                 log_gc: self.settings.log_gc,
                 claim,
+                metrics: self.settings.metrics.clone(),
             };
             tokio::spawn(job.run());
         }

@@ -63,7 +63,7 @@ pub(crate) async fn handle(
         // min_bytes = 0 answers at once, with or without data (as in Kafka).
         let answer = (read.bytes >= min_bytes || read.errors) && !catching_up;
         if answer || Instant::now() >= deadline {
-            return respond(&context, read);
+            return respond(&broker, &context, read);
         }
         // Too little: return its memory, wait for a durable commit (or the deadline), read again.
         drop(read);
@@ -72,7 +72,7 @@ pub(crate) async fn handle(
             .is_err()
         {
             let read = read_all(&broker, &wanted, max_bytes, context.version).await;
-            return respond(&context, read);
+            return respond(&broker, &context, read);
         }
     }
 }
@@ -80,13 +80,44 @@ pub(crate) async fn handle(
 /// Encodes the response. The frame keeps the read's memory grant until the connection has
 /// written it; the records' own copy is freed with the response struct, so the grant shrinks to
 /// the frame.
-fn respond(context: &RequestContext, read: Read) -> Option<Bytes> {
+fn respond(broker: &Broker, context: &RequestContext, read: Read) -> Option<Bytes> {
     let Read {
         topics, mut grant, ..
     } = read;
+    count_fetched(broker, &topics);
     let frame = context.encode(&FetchResponse::default().with_responses(topics))?;
     grant.shrink_to(frame.len());
     Some(grant.attach(frame))
+}
+
+/// Counts the records and bytes a response returns, by topic (`weir_fetched_*`).
+fn count_fetched(broker: &Broker, topics: &[FetchableTopicResponse]) {
+    for topic in topics {
+        let (records, bytes) = topic
+            .partitions
+            .iter()
+            .filter_map(|p| p.records.as_ref())
+            .fold((0, 0), |(r, b), data| {
+                (
+                    r + weir_protocol::batch::count_records(data),
+                    b + data.len() as u64,
+                )
+            });
+        if bytes == 0 {
+            continue;
+        }
+        let name = if topic.topic.is_empty() {
+            let id = topic_id(topic.topic_id);
+            broker
+                .control
+                .read(|s| s.topic_by_id(&id).map(|t| t.name.clone()))
+        } else {
+            Some(topic.topic.0.to_string())
+        };
+        if let Some(name) = name {
+            broker.metrics.fetched(&name, records, bytes);
+        }
+    }
 }
 
 fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted> {

@@ -24,10 +24,11 @@ use crate::broker::Broker;
 use crate::dispatch::{ready, Dispatched, RequestContext};
 
 /// Where each partition's answer comes from: decided now (an error) or from the ticket (with
-/// the append time of a LogAppendTime topic, else -1).
+/// the append time of a LogAppendTime topic, else -1, and its records and bytes for the
+/// metrics).
 enum Slot {
     Error(Rejection),
-    Ticket(usize, i64),
+    Ticket(usize, i64, (u64, u64)),
 }
 
 struct PartitionSlot {
@@ -98,12 +99,17 @@ pub(crate) async fn handle(
                             } else {
                                 -1
                             };
+                            let records = batches
+                                .iter()
+                                .map(|b| u64::try_from(b.header.records_count).unwrap_or(0))
+                                .sum();
+                            let bytes = batches.iter().map(|b| b.bytes.len() as u64).sum();
                             ticket.partitions.push(PartitionBatches {
                                 topic_id,
                                 partition: partition.index,
                                 batches,
                             });
-                            Slot::Ticket(ticket.partitions.len() - 1, append_time)
+                            Slot::Ticket(ticket.partitions.len() - 1, append_time, (records, bytes))
                         }
                         Err(rejection) => Slot::Error(rejection),
                     }
@@ -130,6 +136,13 @@ pub(crate) async fn handle(
             Some(pending) => pending.await,
             None => Vec::new(),
         };
+        for slot in &slots {
+            if let Slot::Ticket(position, _, (records, bytes)) = slot.slot {
+                if let Some(PartitionOutcome::Committed { .. }) = outcomes.get(position) {
+                    broker.metrics.produced(&topics[slot.topic], records, bytes);
+                }
+            }
+        }
         if acks == 0 {
             return None;
         }
@@ -242,7 +255,7 @@ fn build_response(
                         })
                         .collect(),
                 ),
-            Slot::Ticket(position, append_time) => match outcomes.get(position) {
+            Slot::Ticket(position, append_time, _) => match outcomes.get(position) {
                 Some(PartitionOutcome::Committed {
                     base_offset,
                     log_start_offset,

@@ -1,0 +1,100 @@
+//! What the produce path exports to `/metrics`: where a produce spends its time, and the files
+//! it seals and uploads. Created unregistered with the pipeline; the agent registers them.
+
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, Opts, Registry};
+use weir_common::LATENCY_BUCKETS;
+
+/// The stages of [`ProduceMetrics::stage`], in the order a produce passes them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Stage {
+    /// From the handler's submit to the batcher taking the request (per request).
+    Queue,
+    /// From the request's batches entering the open file to the file's seal (per request).
+    BatchWait,
+    /// From the seal to the file in a quorum of ingest buckets, retries included (per file).
+    Upload,
+    /// From the upload to the commit durable in the metadata log (per file).
+    Commit,
+}
+
+impl Stage {
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Queue => "queue",
+            Stage::BatchWait => "batch_wait",
+            Stage::Upload => "upload",
+            Stage::Commit => "commit",
+        }
+    }
+}
+
+/// The produce path's metrics.
+#[derive(Debug, Clone)]
+pub struct ProduceMetrics {
+    stage: HistogramVec,
+    pub(crate) files_sealed: IntCounter,
+    pub(crate) file_size: Histogram,
+    pub(crate) uploads_in_flight: IntGauge,
+    pub(crate) upload_retries: IntCounter,
+}
+
+impl Default for ProduceMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProduceMetrics {
+    /// Fresh, unregistered metrics.
+    pub fn new() -> Self {
+        let stage = HistogramVec::new(
+            HistogramOpts::new(
+                "weir_produce_stage_duration_seconds",
+                "Time a produce spends in each stage: queue and batch_wait per request, upload \
+                 and commit per file",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["stage"],
+        )
+        .expect("valid metric");
+        // 1 KiB to 64 MiB by powers of four.
+        let sizes = prometheus::exponential_buckets(1024.0, 4.0, 9).expect("valid buckets");
+        Self {
+            stage,
+            files_sealed: IntCounter::with_opts(Opts::new(
+                "weir_files_sealed_total",
+                "Files sealed by the batcher (each is one upload to every ingest bucket)",
+            ))
+            .expect("valid metric"),
+            file_size: Histogram::with_opts(
+                HistogramOpts::new("weir_file_size_bytes", "Sizes of sealed files").buckets(sizes),
+            )
+            .expect("valid metric"),
+            uploads_in_flight: IntGauge::with_opts(Opts::new(
+                "weir_uploads_in_flight",
+                "Files uploading now (bounded by produce.max_inflight_uploads)",
+            ))
+            .expect("valid metric"),
+            upload_retries: IntCounter::with_opts(Opts::new(
+                "weir_upload_retries_total",
+                "File uploads attempted again after a retriable failure",
+            ))
+            .expect("valid metric"),
+        }
+    }
+
+    /// Registers every metric with `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.stage.clone()))?;
+        registry.register(Box::new(self.files_sealed.clone()))?;
+        registry.register(Box::new(self.file_size.clone()))?;
+        registry.register(Box::new(self.uploads_in_flight.clone()))?;
+        registry.register(Box::new(self.upload_retries.clone()))
+    }
+
+    pub(crate) fn observe(&self, stage: Stage, since: tokio::time::Instant) {
+        self.stage
+            .with_label_values(&[stage.name()])
+            .observe(since.elapsed().as_secs_f64());
+    }
+}
