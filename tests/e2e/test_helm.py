@@ -404,14 +404,17 @@ def test_helm_services_budget_and_monitor_select_the_agents(tools, name):
     headless = one(objects, "Service", f"{RELEASE}-weir-agents")
     for service in (bootstrap, headless):
         assert all(selects(service["spec"]["selector"], labels) for labels in pod_labels)
+    # Kafka only: the HTTP port (metrics, status page) stays off a possibly public Service.
     assert {(p["name"], p["port"], p["targetPort"]) for p in bootstrap["spec"]["ports"]} == \
-        {("kafka", 9092, "kafka"), ("http", 9644, "http")}
+        {("kafka", 9092, "kafka")}
+    assert ("http", 9644) in {(p["name"], p["port"]) for p in headless["spec"]["ports"]}
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     headless_ports = {p["name"]: p["port"] for p in headless["spec"]["ports"]}
     assert headless_ports.get("control") == (9093 if cluster else None)
     pdb = one(objects, "PodDisruptionBudget")
     assert pdb["apiVersion"] == "policy/v1" and pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert all(selects(pdb["spec"]["selector"]["matchLabels"], labels) for labels in pod_labels)
     monitors = of_kind(objects, "ServiceMonitor")
     assert len(monitors) == (1 if cluster else 0)

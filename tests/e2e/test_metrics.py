@@ -12,7 +12,9 @@ import socket
 import urllib.error
 import urllib.request
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
+
+import kafka_raw
 
 from cloud import s3_url
 from scrape import get, label_values, scrape, settled, total
@@ -177,3 +179,49 @@ def test_http_endpoint_refuses_what_it_does_not_serve(agent):
             reply = b""
         assert not reply.startswith(b"HTTP/1.1 200"), reply
     assert get(f"{agent.http_url}/healthz")[0] == 200
+
+
+def test_request_counts_carry_the_error_and_a_bounded_version(agent_factory):
+    agent = agent_factory(["--auto-create-topics", "false"])
+    missing = unique("missing")
+    producer = Producer({"bootstrap.servers": agent.bootstrap, "message.timeout.ms": 3000,
+                         "topic.metadata.refresh.interval.ms": 500})
+    errors = []
+    producer.produce(missing, b"v", partition=0, on_delivery=lambda err, _: errors.append(err))
+    producer.flush(10)
+    assert errors and errors[0] is not None
+    samples = scrape(agent.http_url)
+    assert total(samples, "weir_kafka_requests_total", api="Metadata",
+                 error="UNKNOWN_TOPIC_OR_PARTITION") >= 1
+    # ApiVersions at versions Weir does not serve: answered (UNSUPPORTED_VERSION), counted under
+    # one label value, however many versions a client tries.
+    sock = kafka_raw.connect(agent.bootstrap)
+    try:
+        for corr, version in enumerate((99, 1000, 32000), start=1):
+            kafka_raw.roundtrip(sock, kafka_raw.request(18, version, corr, b""), corr)
+    finally:
+        sock.close()
+    samples = scrape(agent.http_url)
+    versions = {dict(ls)["version"] for (n, ls) in samples
+                if n == "weir_kafka_requests_total" and dict(ls)["api"] == "ApiVersions"}
+    assert "unsupported" in versions and not {"99", "1000", "32000"} & versions, versions
+    assert total(samples, "weir_kafka_requests_total", api="ApiVersions", version="unsupported",
+                 error="UNSUPPORTED_VERSION") == 3
+
+
+def test_one_peer_cannot_take_every_http_connection(agent):
+    idle = [socket.create_connection(("127.0.0.1", agent.http_port), timeout=10)
+            for _ in range(8)]
+    try:
+        ninth = socket.create_connection(("127.0.0.1", agent.http_port), timeout=10)
+        with ninth:
+            ninth.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            try:
+                reply = ninth.recv(100)
+            except ConnectionResetError:
+                reply = b""
+            assert reply == b"", reply  # the ninth from this address is closed at accept
+    finally:
+        for s in idle:
+            s.close()
+    wait_until(lambda: get(f"{agent.http_url}/healthz")[0] == 200, 10, "healthz after release")

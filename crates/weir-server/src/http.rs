@@ -2,12 +2,15 @@
 //! text format), `/healthz` (the process runs), `/readyz` (it can serve, see
 //! [`crate::health`]) and the status page at `/` ([`crate::status`]).
 //!
-//! HTTP/1.1 GET and HEAD only, a bounded number of connections, request heads of at most 16 KiB
-//! that must arrive within 10 s, and every connection closed after 60 s: a misbehaving scraper
-//! or browser cannot hold the agent's memory or tasks (BAD-1).
+//! HTTP/1.1 GET and HEAD only, a bounded number of connections (in all and per peer address),
+//! request heads of at most 16 KiB that must arrive within 10 s, and every connection closed
+//! after 60 s: a misbehaving scraper or browser cannot hold the agent's memory or tasks (BAD-1),
+//! nor every slot.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,6 +29,9 @@ use crate::status::Throughput;
 
 /// Connections the endpoint serves at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 64;
+/// Connections one peer address may hold, so one client cannot take every slot and starve the
+/// liveness probe (the kubelet probes from the node's address).
+const MAX_CONNECTIONS_PER_PEER: usize = 8;
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// Largest request head (hyper's minimum is 8 KiB).
@@ -76,6 +82,7 @@ pub async fn serve(
 ) {
     let sampling = tokio::spawn(crate::status::sample(observed.clone(), stop.clone()));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_peer: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     loop {
         let (stream, peer) = tokio::select! {
             _ = stop.changed() => break,
@@ -87,6 +94,10 @@ pub async fn serve(
                     continue;
                 }
             },
+        };
+        let Some(peer_slot) = PeerSlot::take(&per_peer, peer.ip()) else {
+            debug!(%peer, "HTTP connection refused: {MAX_CONNECTIONS_PER_PEER} open from this peer");
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             debug!(%peer, "HTTP connection refused: {MAX_CONNECTIONS} open");
@@ -104,10 +115,43 @@ pub async fn serve(
                 .max_buf_size(MAX_HEAD_BYTES)
                 .serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-            drop(slot);
+            drop((slot, peer_slot));
         });
     }
     sampling.abort();
+}
+
+/// One of a peer's connection slots, given back on drop.
+struct PeerSlot {
+    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    fn take(peers: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = peers.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= MAX_CONNECTIONS_PER_PEER {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            peers: peers.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
@@ -136,17 +180,14 @@ fn route(observed: &Observability, request: &Request<Incoming>) -> Response<Full
             observed.metrics_text(),
         ),
         "/healthz" => respond(StatusCode::OK, TEXT, "ok\n".into()),
-        "/readyz" => {
-            let broker = observed.live.broker.get().map(|b| &**b);
-            match observed.live.sources.readiness.check(broker) {
-                Ok(()) => respond(StatusCode::OK, TEXT, "ready\n".into()),
-                Err(reason) => respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    TEXT,
-                    format!("not ready: {reason}\n"),
-                ),
-            }
-        }
+        "/readyz" => match observed.live.readiness() {
+            Ok(()) => respond(StatusCode::OK, TEXT, "ready\n".into()),
+            Err(reason) => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                format!("not ready: {reason}\n"),
+            ),
+        },
         "/" => respond(
             StatusCode::OK,
             "text/html; charset=utf-8",

@@ -10,10 +10,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use weir_control::plane::Role;
+use weir_control::RegisteredAgent;
 use weir_storage::RequestClass;
 
 use crate::broker::Broker;
 use crate::http::Observability;
+
+/// Rows of the topic and group tables at most (the page is for people; /metrics has the rest).
+const MAX_ROWS: usize = 1000;
 
 /// How often the page's rates are sampled, and over how long they are averaged.
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -151,7 +155,7 @@ pub(crate) fn render(observed: &Observability) -> String {
          content=\"5\"><title>{t}</title><style>{STYLE}</style></head><body><h1>{t}</h1>",
         t = esc(&title)
     );
-    let readiness = observed.live.sources.readiness.check(broker.map(|b| &**b));
+    let readiness = observed.live.readiness();
     let ready = match &readiness {
         Ok(()) => "<span id=\"ready\" class=\"ok\">ready</span>".to_string(),
         Err(reason) => format!(
@@ -203,25 +207,21 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
     );
     let rates = observed.throughput.rates();
     let defaults = settings.retention;
+    // Under the state lock only copies of the numbers (the writer waits for it to publish a
+    // slot); everything is formatted after.
     let (agents, topics, lags) = broker.control.read(|state| {
-        let agents: Vec<Vec<String>> = state
+        let agents: Vec<(i32, RegisteredAgent)> = state
             .registry
             .agents
             .iter()
-            .map(|(id, a)| {
-                vec![
-                    id.to_string(),
-                    format!("{}:{}", a.host, a.port),
-                    a.zone.clone(),
-                    a.control_address.clone(),
-                ]
-            })
+            .map(|(id, a)| (*id, a.clone()))
             .collect();
-        let topics: Vec<Vec<String>> = state
+        let topics: Vec<(String, usize, i64, i64, i64)> = state
             .topics
             .values()
+            .take(MAX_ROWS)
             .map(|topic| {
-                let retained: i64 = topic
+                let retained = topic
                     .partitions
                     .iter()
                     .map(|p| p.high_watermark - p.log_start_offset)
@@ -233,12 +233,37 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
                         .and_then(|v| v.parse::<i64>().ok())
                         .unwrap_or(default)
                 };
-                let retention_ms = config("retention.ms", defaults.ms);
-                let retention_bytes = config("retention.bytes", defaults.bytes);
-                let rate = rates.get(&topic.name).copied().unwrap_or_default();
-                vec![
+                (
                     topic.name.clone(),
-                    topic.partitions.len().to_string(),
+                    topic.partitions.len(),
+                    retained,
+                    config("retention.ms", defaults.ms),
+                    config("retention.bytes", defaults.bytes),
+                )
+            })
+            .collect();
+        (agents, topics, state.group_lags())
+    });
+    let agents: Vec<Vec<String>> = agents
+        .into_iter()
+        .map(|(id, a)| {
+            vec![
+                id.to_string(),
+                format!("{}:{}", a.host, a.port),
+                a.zone,
+                a.control_address,
+            ]
+        })
+        .collect();
+    let topic_count = broker.control.read(|state| state.topics.len());
+    let topics: Vec<Vec<String>> = topics
+        .into_iter()
+        .map(
+            |(name, partitions, retained, retention_ms, retention_bytes)| {
+                let rate = rates.get(&name).copied().unwrap_or_default();
+                vec![
+                    name,
+                    partitions.to_string(),
                     retained.to_string(),
                     format!("{:.0}", rate[0]),
                     bytes(rate[1]),
@@ -249,10 +274,9 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
                         b => format!("{} or {}", duration_ms(retention_ms), bytes(b as f64)),
                     },
                 ]
-            })
-            .collect();
-        (agents, topics, state.group_lags())
-    });
+            },
+        )
+        .collect();
     if !agents.is_empty() {
         out.push_str("<h2>Agents</h2>");
         table(
@@ -278,12 +302,26 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
         ],
         &topics,
     );
+    more(out, topic_count, topics.len(), "topics");
     out.push_str("<p>Rates: this agent, over the last minute.</p><h2>Consumer groups</h2>");
     let groups: Vec<Vec<String>> = lags
         .iter()
+        .take(MAX_ROWS)
         .map(|l| vec![l.group.clone(), l.partitions.to_string(), l.lag.to_string()])
         .collect();
     table(out, "groups", &["group", "#partitions", "#lag"], &groups);
+    more(out, lags.len(), groups.len(), "groups");
+}
+
+/// Says how many rows a capped table left out.
+fn more(out: &mut String, all: usize, shown: usize, what: &str) {
+    if all > shown {
+        let _ = write!(
+            out,
+            "<p>… and {} more {what} (the first {shown} by name are shown).</p>",
+            all - shown
+        );
+    }
 }
 
 fn bucket_section(out: &mut String, observed: &Observability, broker: Option<&Broker>) {
@@ -341,13 +379,9 @@ fn bucket_section(out: &mut String, observed: &Observability, broker: Option<&Br
         &rows,
     );
     let produced = broker.map_or(0, |b| b.metrics.produced_bytes_total());
-    let per_gib = if produced > 0 {
-        format!(
-            "${:.6} per GiB produced",
-            total / (produced as f64 / (1u64 << 30) as f64)
-        )
-    } else {
-        "nothing produced yet".to_string()
+    let per_gib = match crate::metrics::cost_per_gib(total, produced) {
+        Some(dollars) => format!("${dollars:.6} per GiB produced"),
+        None => "nothing produced yet".to_string(),
     };
     let _ = write!(
         out,

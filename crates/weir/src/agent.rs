@@ -258,14 +258,15 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         clock.clone(),
         seed,
     ));
+    observing.attach(&broker)?;
     let leave_clock = clock.clone();
     let wall_clock = clock;
     if cluster_incarnation.is_some() {
         await_registration(control.registration(), registration_grace(&config)).await;
     }
     let server = Server::bind(&local.to_string(), broker.clone()).await?;
-    // Only now can /readyz say ready: the Kafka listener is bound.
-    observing.attach(&broker)?;
+    // Only now can /readyz say ready.
+    observing.listening();
     info!(
         listen = %server.local_addr()?,
         data_dir = %config.agent.data_dir.display(),
@@ -651,7 +652,13 @@ impl Membership {
                 format!("binding the control service to {}", cluster.control_listen)
             })?;
         let address = if cluster.control_advertise.is_empty() {
-            format!("{advertised_host}:{}", listener.local_addr()?.port())
+            let port = listener.local_addr()?.port();
+            if advertised_host.contains(':') && !advertised_host.starts_with('[') {
+                // An IPv6 address: host:port needs it bracketed (URIs of the control service).
+                format!("[{advertised_host}]:{port}")
+            } else {
+                format!("{advertised_host}:{port}")
+            }
         } else {
             cluster.control_advertise.clone()
         };

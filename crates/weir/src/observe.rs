@@ -58,13 +58,15 @@ pub(crate) async fn start(
     });
     let observed = Observability::new(registry, live);
     let (stop, stopped) = watch::channel(false);
-    let mut tasks = vec![tokio::spawn(readiness.run(
-        config.http.probe_interval,
-        config.http.probe_timeout,
-        stopped.clone(),
-    ))];
+    let mut tasks = Vec::new();
     let listen = config.http.listen.trim();
+    // Without the endpoint nothing reads the probe's answers: no probe either.
     if !listen.is_empty() {
+        tasks.push(tokio::spawn(readiness.run(
+            config.http.probe_interval,
+            config.http.probe_timeout,
+            stopped.clone(),
+        )));
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding the HTTP endpoint http.listen = {listen}"))?;
@@ -94,6 +96,14 @@ impl Observing {
         broker.produce.metrics().register(&self.observed.registry)?;
         let _ = self.observed.live.broker.set(broker.clone());
         Ok(())
+    }
+
+    /// The Kafka listener is bound: `/readyz` may say ready from now on.
+    pub(crate) fn listening(&self) {
+        self.observed
+            .live
+            .listening
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Stops the server and the probe.

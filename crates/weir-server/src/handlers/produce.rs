@@ -136,11 +136,18 @@ pub(crate) async fn handle(
             Some(pending) => pending.await,
             None => Vec::new(),
         };
+        let mut per_topic = vec![(0u64, 0u64); topics.len()];
         for slot in &slots {
             if let Slot::Ticket(position, _, (records, bytes)) = slot.slot {
                 if let Some(PartitionOutcome::Committed { .. }) = outcomes.get(position) {
-                    broker.metrics.produced(&topics[slot.topic], records, bytes);
+                    per_topic[slot.topic].0 += records;
+                    per_topic[slot.topic].1 += bytes;
                 }
+            }
+        }
+        for (topic, (records, bytes)) in topics.iter().zip(per_topic) {
+            if bytes > 0 {
+                broker.metrics.produced(topic, records, bytes);
             }
         }
         if acks == 0 {

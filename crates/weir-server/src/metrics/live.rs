@@ -2,6 +2,7 @@
 //! epoch, position, state sizes, group lag), the storage layer (requests, bytes, cost), the
 //! read cache and the memory budgets.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use prometheus::core::Collector;
@@ -30,9 +31,16 @@ pub struct Live {
     pub sources: LiveSources,
     /// Set once the agent has recovered its control plane and built its broker.
     pub broker: OnceLock<Arc<Broker>>,
+    /// Set once the Kafka listener is bound (after registration, in a cluster).
+    pub listening: AtomicBool,
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
+
+/// Dollars per GiB produced, once something was.
+pub(crate) fn cost_per_gib(dollars: f64, produced_bytes: u64) -> Option<f64> {
+    (produced_bytes > 0).then(|| dollars / (produced_bytes as f64 / GIB))
+}
 
 fn gauge(name: &str, help: &str, value: i64) -> Vec<MetricFamily> {
     let gauge = IntGauge::with_opts(Opts::new(name, help)).expect("valid metric");
@@ -59,17 +67,26 @@ impl Live {
         Self {
             sources,
             broker: OnceLock::new(),
+            listening: AtomicBool::new(false),
         }
+    }
+
+    /// What `/readyz` answers: `Ok`, or why the agent cannot serve (see [`Readiness::check`];
+    /// also not before its Kafka listener is bound).
+    pub fn readiness(&self) -> Result<(), String> {
+        self.sources
+            .readiness
+            .check(self.broker.get().map(|b| &**b))?;
+        if !self.listening.load(Ordering::Acquire) {
+            return Err("starting: the Kafka listener is not open yet".into());
+        }
+        Ok(())
     }
 
     /// Every scrape-time family.
     pub fn families(&self) -> Vec<MetricFamily> {
         let mut out = Vec::new();
-        let ready = self
-            .sources
-            .readiness
-            .check(self.broker.get().map(|b| &**b))
-            .is_ok();
+        let ready = self.readiness().is_ok();
         out.extend(gauge(
             "weir_ready",
             "1 when /readyz answers 200: control plane available and buckets reachable",
@@ -179,14 +196,14 @@ impl Live {
             .broker
             .get()
             .map_or(0, |b| b.metrics.produced_bytes_total());
-        if produced > 0 {
+        if let Some(dollars) = cost_per_gib(total_cost, produced) {
             let per_gib = Gauge::with_opts(Opts::new(
                 "weir_object_store_cost_per_gib_dollars",
                 "Estimated object-store cost of every bucket since start, per GiB produced \
                  through this agent",
             ))
             .expect("valid metric");
-            per_gib.set(total_cost / (produced as f64 / GIB));
+            per_gib.set(dollars);
             out.extend(per_gib.collect());
         }
     }

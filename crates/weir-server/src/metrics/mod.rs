@@ -20,6 +20,7 @@ use prometheus::{
 use weir_common::LATENCY_BUCKETS;
 
 pub(crate) use errors::ResponseError;
+pub(crate) use live::cost_per_gib;
 pub use live::{Live, LiveSources};
 
 /// The `topic` label of topics beyond `max_topic_labels`.
@@ -119,7 +120,8 @@ impl KafkaMetrics {
             ),
             produced_records: counter_vec(
                 "weir_produced_records_total",
-                "Records acknowledged to producers (duplicates of idempotent retries excluded)",
+                "Records acknowledged to producers (an idempotent retry acknowledged again counts \
+                 again)",
                 &["topic"],
             ),
             produced_bytes: counter_vec(
@@ -174,7 +176,13 @@ impl KafkaMetrics {
         elapsed: Duration,
     ) {
         let api_name = format!("{api:?}");
-        let version = version.to_string();
+        // Only versions Weir serves get their own value: a client sending every i16 must not
+        // make 65,536 series.
+        let version = if weir_protocol::versions::is_supported(api, version) {
+            version.to_string()
+        } else {
+            "unsupported".to_string()
+        };
         let error = error.map_or("NO_RESPONSE", weir_protocol::error_code::name);
         self.requests
             .with_label_values(&[api_name.as_str(), version.as_str(), error])
