@@ -2,8 +2,8 @@
 //! and snapshots. The leader's role, epoch and position are read from the plane at scrape time
 //! ([`crate::ControlPlane::leader_status`]); these count events as they happen.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
-use weir_common::LATENCY_BUCKETS;
+use prometheus::{Histogram, IntCounter, IntGauge, Registry};
+use weir_common::metrics::{counter, gauge, histogram, latency};
 
 /// The metadata log writer's metrics (created unregistered; the agent registers them).
 #[derive(Debug, Clone)]
@@ -24,14 +24,6 @@ impl Default for ControlMetrics {
     }
 }
 
-fn counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::with_opts(Opts::new(name, help)).expect("valid metric")
-}
-
-fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
-    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric")
-}
-
 impl ControlMetrics {
     /// Fresh, unregistered metrics.
     pub fn new() -> Self {
@@ -40,10 +32,9 @@ impl ControlMetrics {
                 "weir_control_log_slots_total",
                 "Metadata log slots this agent wrote as the leader and made durable",
             ),
-            slot_duration: histogram(
+            slot_duration: latency(
                 "weir_control_log_slot_duration_seconds",
                 "Time to write one metadata log slot, retries included",
-                LATENCY_BUCKETS.to_vec(),
             ),
             entries_per_slot: histogram(
                 "weir_control_log_entries_per_slot",
@@ -54,15 +45,13 @@ impl ControlMetrics {
                 "weir_control_snapshots_total",
                 "Snapshots of the metadata state written",
             ),
-            snapshot_bytes: IntGauge::with_opts(Opts::new(
+            snapshot_bytes: gauge(
                 "weir_control_snapshot_bytes",
                 "Size of the latest snapshot written (body and index sections)",
-            ))
-            .expect("valid metric"),
-            snapshot_duration: histogram(
+            ),
+            snapshot_duration: latency(
                 "weir_control_snapshot_duration_seconds",
                 "Time to encode and write one snapshot",
-                LATENCY_BUCKETS.to_vec(),
             ),
         }
     }

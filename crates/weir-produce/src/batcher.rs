@@ -13,7 +13,6 @@ use tracing::debug;
 use weir_common::{Clock, FileId, TopicId};
 use weir_control::{BatchCommit, FileCommit};
 use weir_format::{BatchMeta, FileBuilder};
-use weir_storage::ReadCache;
 
 use crate::committer::UploadedFile;
 use crate::metrics::{ProduceMetrics, Stage};
@@ -40,7 +39,6 @@ struct OpenFile {
 pub(crate) struct Batcher {
     settings: ProduceSettings,
     destination: Arc<Destination>,
-    cache: Arc<ReadCache>,
     clock: Arc<dyn Clock>,
     rng: fastrand::Rng,
     sealed_count: Arc<AtomicU64>,
@@ -53,30 +51,23 @@ impl Batcher {
     pub(crate) fn new(
         settings: ProduceSettings,
         destination: Destination,
-        cache: Arc<ReadCache>,
         clock: Arc<dyn Clock>,
         seed: u64,
         sealed_count: Arc<AtomicU64>,
         uploads: mpsc::UnboundedSender<UploadedFile>,
+        metrics: ProduceMetrics,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_inflight_uploads.max(1)));
         Self {
             settings,
             destination: Arc::new(destination),
-            cache,
             clock,
             rng: fastrand::Rng::with_seed(seed),
             sealed_count,
             uploads,
             permits,
-            metrics: ProduceMetrics::new(),
+            metrics,
         }
-    }
-
-    /// Counts into `metrics` (the pipeline's, which the agent registers).
-    pub(crate) fn with_metrics(mut self, metrics: ProduceMetrics) -> Self {
-        self.metrics = metrics;
-        self
     }
 
     pub(crate) async fn run(mut self, mut tickets: mpsc::Receiver<QueuedTicket>) {
@@ -167,23 +158,14 @@ impl Batcher {
             batches,
         };
         let destination = self.destination.clone();
-        let cache = self.cache.clone();
         let uploads = self.uploads.clone();
         let attempts = self.settings.upload_attempts;
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             metrics.uploads_in_flight.inc();
-            let (file_id, result) = uploader::upload(
-                &destination,
-                &cache,
-                file_id,
-                &encoded,
-                attempts,
-                seq,
-                &metrics,
-            )
-            .await;
+            let (file_id, result) =
+                uploader::upload(&destination, file_id, &encoded, attempts, seq, &metrics).await;
             metrics.uploads_in_flight.dec();
             metrics.observe(Stage::Upload, started);
             drop(permit);

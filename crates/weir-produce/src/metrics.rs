@@ -1,8 +1,8 @@
 //! What the produce path exports to `/metrics`: where a produce spends its time, and the files
 //! it seals and uploads. Created unregistered with the pipeline; the agent registers them.
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, Opts, Registry};
-use weir_common::LATENCY_BUCKETS;
+use prometheus::{Histogram, HistogramVec, IntCounter, IntGauge, Registry};
+use weir_common::metrics::{counter, gauge, histogram, latency_vec};
 
 /// The stages of [`ProduceMetrics::stage`], in the order a produce passes them.
 #[derive(Debug, Clone, Copy)]
@@ -47,39 +47,28 @@ impl Default for ProduceMetrics {
 impl ProduceMetrics {
     /// Fresh, unregistered metrics.
     pub fn new() -> Self {
-        let stage = HistogramVec::new(
-            HistogramOpts::new(
-                "weir_produce_stage_duration_seconds",
-                "Time a produce spends in each stage: queue and batch_wait per request, upload \
-                 and commit per file",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["stage"],
-        )
-        .expect("valid metric");
         // 1 KiB to 64 MiB by powers of four.
         let sizes = prometheus::exponential_buckets(1024.0, 4.0, 9).expect("valid buckets");
         Self {
-            stage,
-            files_sealed: IntCounter::with_opts(Opts::new(
+            stage: latency_vec(
+                "weir_produce_stage_duration_seconds",
+                "Time a produce spends in each stage: queue and batch_wait per request, upload \
+                 and commit per file",
+                &["stage"],
+            ),
+            files_sealed: counter(
                 "weir_files_sealed_total",
                 "Files sealed by the batcher (each is one upload to every ingest bucket)",
-            ))
-            .expect("valid metric"),
-            file_size: Histogram::with_opts(
-                HistogramOpts::new("weir_file_size_bytes", "Sizes of sealed files").buckets(sizes),
-            )
-            .expect("valid metric"),
-            uploads_in_flight: IntGauge::with_opts(Opts::new(
+            ),
+            file_size: histogram("weir_file_size_bytes", "Sizes of sealed files", sizes),
+            uploads_in_flight: gauge(
                 "weir_uploads_in_flight",
                 "Files uploading now (bounded by produce.max_inflight_uploads)",
-            ))
-            .expect("valid metric"),
-            upload_retries: IntCounter::with_opts(Opts::new(
+            ),
+            upload_retries: counter(
                 "weir_upload_retries_total",
                 "File uploads attempted again after a retriable failure",
-            ))
-            .expect("valid metric"),
+            ),
         }
     }
 

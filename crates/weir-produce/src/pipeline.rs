@@ -158,14 +158,14 @@ impl ProducePipeline {
             Destination {
                 writer,
                 writes: ingest,
+                cache,
             },
-            cache,
             clock,
             seed,
             sealed_count,
             uploads_tx,
-        )
-        .with_metrics(metrics.clone());
+            metrics.clone(),
+        );
         tokio::spawn(batcher.run(tickets_rx));
         Self {
             tickets: tickets_tx,

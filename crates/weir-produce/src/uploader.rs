@@ -41,10 +41,12 @@ impl std::fmt::Debug for IngestWrites {
     }
 }
 
-/// Where sealed files go: the ingest buckets and the way they are written.
+/// Where sealed files go: the ingest buckets, the way they are written, and the read cache
+/// their batches are written through to.
 pub(crate) struct Destination {
     pub(crate) writer: Arc<QuorumWriter>,
     pub(crate) writes: IngestWrites,
+    pub(crate) cache: Arc<ReadCache>,
 }
 
 /// Uploads `encoded` to `destination` (`put_id` is the file's id on the PUT path). Returns the
@@ -52,7 +54,6 @@ pub(crate) struct Destination {
 /// failed for good.
 pub(crate) async fn upload(
     destination: &Destination,
-    cache: &ReadCache,
     put_id: FileId,
     encoded: &EncodedFile,
     attempts: u32,
@@ -94,7 +95,9 @@ pub(crate) async fn upload(
         .iter()
         .flat_map(|section| &section.batches);
     for (location, bytes) in locations.zip(batch_parts) {
-        cache.insert_range(&key, location.range(), bytes.clone());
+        destination
+            .cache
+            .insert_range(&key, location.range(), bytes.clone());
     }
     (file_id, Ok(holders))
 }

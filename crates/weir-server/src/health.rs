@@ -63,8 +63,16 @@ impl Readiness {
         mut stop: watch::Receiver<bool>,
     ) {
         let probe_key = Path::from("weir/probe/ready");
+        // The metadata bucket is often ingest bucket 0 (the default): one HEAD per bucket, its
+        // answer used for both roles.
+        let mut distinct: Vec<&ProbedBucket> = Vec::new();
+        for bucket in self.buckets() {
+            if !distinct.iter().any(|d| d.name == bucket.name) {
+                distinct.push(bucket);
+            }
+        }
         loop {
-            let probes = self.buckets().map(|bucket| {
+            let probes = distinct.iter().map(|bucket| {
                 let store = bucket.store.clone();
                 let key = probe_key.clone();
                 async move {
@@ -75,7 +83,14 @@ impl Readiness {
                     }
                 }
             });
-            let results = futures::future::join_all(probes).await;
+            let answers = futures::future::join_all(probes).await;
+            let results = self
+                .buckets()
+                .map(|bucket| {
+                    let at = distinct.iter().position(|d| d.name == bucket.name);
+                    answers[at.expect("every bucket has a distinct entry")].clone()
+                })
+                .collect();
             self.record(results);
             tokio::select! {
                 _ = stop.changed() => return,

@@ -209,7 +209,7 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
     let defaults = settings.retention;
     // Under the state lock only copies of the numbers (the writer waits for it to publish a
     // slot); everything is formatted after.
-    let (agents, topics, lags) = broker.control.read(|state| {
+    let (agents, topics, topic_count, lags) = broker.control.read(|state| {
         let agents: Vec<(i32, RegisteredAgent)> = state
             .registry
             .agents
@@ -242,7 +242,7 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
                 )
             })
             .collect();
-        (agents, topics, state.group_lags())
+        (agents, topics, state.topics.len(), state.group_lags())
     });
     let agents: Vec<Vec<String>> = agents
         .into_iter()
@@ -255,7 +255,6 @@ fn agent_sections(out: &mut String, observed: &Observability, broker: &Broker) {
             ]
         })
         .collect();
-    let topic_count = broker.control.read(|state| state.topics.len());
     let topics: Vec<Vec<String>> = topics
         .into_iter()
         .map(

@@ -28,6 +28,9 @@ struct Wanted {
     id: Uuid,
     /// `None` when the topic is unknown.
     resolved: Option<TopicId>,
+    /// The topic's name in the state (requests from v13 on name topics by id only), for the
+    /// per-topic metrics.
+    resolved_name: Option<String>,
     partitions: Vec<(i32, i64, usize)>,
 }
 
@@ -63,7 +66,7 @@ pub(crate) async fn handle(
         // min_bytes = 0 answers at once, with or without data (as in Kafka).
         let answer = (read.bytes >= min_bytes || read.errors) && !catching_up;
         if answer || Instant::now() >= deadline {
-            return respond(&broker, &context, read);
+            return respond(&broker, &context, &wanted, read);
         }
         // Too little: return its memory, wait for a durable commit (or the deadline), read again.
         drop(read);
@@ -72,7 +75,7 @@ pub(crate) async fn handle(
             .is_err()
         {
             let read = read_all(&broker, &wanted, max_bytes, context.version).await;
-            return respond(&broker, &context, read);
+            return respond(&broker, &context, &wanted, read);
         }
     }
 }
@@ -80,19 +83,28 @@ pub(crate) async fn handle(
 /// Encodes the response. The frame keeps the read's memory grant until the connection has
 /// written it; the records' own copy is freed with the response struct, so the grant shrinks to
 /// the frame.
-fn respond(broker: &Broker, context: &RequestContext, read: Read) -> Option<Bytes> {
+fn respond(
+    broker: &Broker,
+    context: &RequestContext,
+    wanted: &[Wanted],
+    read: Read,
+) -> Option<Bytes> {
     let Read {
         topics, mut grant, ..
     } = read;
-    count_fetched(broker, &topics);
+    count_fetched(broker, wanted, &topics);
     let frame = context.encode(&FetchResponse::default().with_responses(topics))?;
     grant.shrink_to(frame.len());
     Some(grant.attach(frame))
 }
 
-/// Counts the records and bytes a response returns, by topic (`weir_fetched_*`).
-fn count_fetched(broker: &Broker, topics: &[FetchableTopicResponse]) {
-    for topic in topics {
+/// Counts the records and bytes a response returns, by topic (`weir_fetched_*`). The response
+/// has one topic per wanted topic, in order (`read_all`).
+fn count_fetched(broker: &Broker, wanted: &[Wanted], topics: &[FetchableTopicResponse]) {
+    for (want, topic) in wanted.iter().zip(topics) {
+        let Some(name) = &want.resolved_name else {
+            continue;
+        };
         let (records, bytes) = topic
             .partitions
             .iter()
@@ -103,19 +115,8 @@ fn count_fetched(broker: &Broker, topics: &[FetchableTopicResponse]) {
                     b + data.len() as u64,
                 )
             });
-        if bytes == 0 {
-            continue;
-        }
-        let name = if topic.topic.is_empty() {
-            let id = topic_id(topic.topic_id);
-            broker
-                .control
-                .read(|s| s.topic_by_id(&id).map(|t| t.name.clone()))
-        } else {
-            Some(topic.topic.0.to_string())
-        };
-        if let Some(name) = name {
-            broker.metrics.fetched(&name, records, bytes);
+        if bytes > 0 {
+            broker.metrics.fetched(name, records, bytes);
         }
     }
 }
@@ -135,6 +136,7 @@ fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted>
                     name: topic.topic.0.to_string(),
                     id: topic.topic_id,
                     resolved: found.map(|t| t.id),
+                    resolved_name: found.map(|t| t.name.clone()),
                     partitions: topic
                         .partitions
                         .iter()

@@ -7,9 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
-use prometheus::{
-    CounterVec, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-};
+use prometheus::{CounterVec, Gauge, GaugeVec, Opts};
+use weir_common::metrics::{counter_vec, gauge_vec};
 use weir_storage::{Outcome, ReadCache, RequestClass, StorageStats};
 
 use crate::broker::Broker;
@@ -43,19 +42,24 @@ pub(crate) fn cost_per_gib(dollars: f64, produced_bytes: u64) -> Option<f64> {
 }
 
 fn gauge(name: &str, help: &str, value: i64) -> Vec<MetricFamily> {
-    let gauge = IntGauge::with_opts(Opts::new(name, help)).expect("valid metric");
+    let gauge = weir_common::metrics::gauge(name, help);
     gauge.set(value);
     gauge.collect()
 }
 
 fn counter(name: &str, help: &str, value: u64) -> Vec<MetricFamily> {
-    let counter = IntCounter::with_opts(Opts::new(name, help)).expect("valid metric");
+    let counter = weir_common::metrics::counter(name, help);
     counter.inc_by(value);
     counter.collect()
 }
 
-fn gauge_vec(name: &str, help: &str, label: &str, values: &[(&str, i64)]) -> Vec<MetricFamily> {
-    let family = IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid metric");
+fn labelled_gauges(
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[(&str, i64)],
+) -> Vec<MetricFamily> {
+    let family = gauge_vec(name, help, &[label]);
     for (value_label, value) in values {
         family.with_label_values(&[value_label]).set(*value);
     }
@@ -92,13 +96,12 @@ impl Live {
             "1 when /readyz answers 200: control plane available and buckets reachable",
             i64::from(ready),
         ));
-        let build = IntGaugeVec::new(
-            Opts::new("weir_build_info", "The agent's version (value 1)"),
-            &["version"],
-        )
-        .expect("valid metric");
-        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        out.extend(build.collect());
+        out.extend(labelled_gauges(
+            "weir_build_info",
+            "The agent's version (value 1)",
+            "version",
+            &[(env!("CARGO_PKG_VERSION"), 1)],
+        ));
         self.storage(&mut out);
         self.cache(&mut out);
         if let Some(broker) = self.broker.get() {
@@ -109,30 +112,21 @@ impl Live {
     }
 
     fn storage(&self, out: &mut Vec<MetricFamily>) {
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "weir_object_store_requests_total",
-                "Object-store request attempts, by bucket, billing class and outcome",
-            ),
+        let requests = counter_vec(
+            "weir_object_store_requests_total",
+            "Object-store request attempts, by bucket, billing class and outcome",
             &["bucket", "class", "outcome"],
-        )
-        .expect("valid metric");
-        let retries = IntCounterVec::new(
-            Opts::new(
-                "weir_object_store_retries_total",
-                "Object-store attempts after a request's first",
-            ),
+        );
+        let retries = counter_vec(
+            "weir_object_store_retries_total",
+            "Object-store attempts after a request's first",
             &["bucket", "class"],
-        )
-        .expect("valid metric");
-        let bytes = IntCounterVec::new(
-            Opts::new(
-                "weir_object_store_bytes_total",
-                "Bytes sent to (up) and received from (down) object stores",
-            ),
+        );
+        let bytes = counter_vec(
+            "weir_object_store_bytes_total",
+            "Bytes sent to (up) and received from (down) object stores",
             &["bucket", "direction"],
-        )
-        .expect("valid metric");
+        );
         let cost = CounterVec::new(
             Opts::new(
                 "weir_object_store_cost_dollars_total",
@@ -273,7 +267,7 @@ impl Live {
         }
         lags.truncate(self.sources.max_group_labels);
         let values: Vec<(&str, i64)> = lags.iter().map(|l| (l.group.as_str(), l.lag)).collect();
-        out.extend(gauge_vec(
+        out.extend(labelled_gauges(
             "weir_consumer_group_lag",
             "Records a group has not committed: over its partitions, high watermark minus \
              committed offset",
@@ -299,13 +293,13 @@ impl Live {
         ];
         let capacity: Vec<(&str, i64)> = budgets.iter().map(|(n, c, _)| (*n, *c as i64)).collect();
         let used: Vec<(&str, i64)> = budgets.iter().map(|(n, _, u)| (*n, *u as i64)).collect();
-        out.extend(gauge_vec(
+        out.extend(labelled_gauges(
             "weir_memory_budget_bytes",
             "Memory budgets: requests in flight, fetch responses, the read cache",
             "budget",
             &capacity,
         ));
-        out.extend(gauge_vec(
+        out.extend(labelled_gauges(
             "weir_memory_in_use_bytes",
             "Bytes charged to each memory budget now",
             "budget",

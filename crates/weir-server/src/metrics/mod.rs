@@ -14,10 +14,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-};
-use weir_common::LATENCY_BUCKETS;
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
+use weir_common::metrics::{counter, counter_vec, gauge, latency, latency_vec};
 
 pub(crate) use errors::ResponseError;
 pub(crate) use live::cost_per_gib;
@@ -65,19 +63,6 @@ pub struct KafkaMetrics {
     topics: TopicLabels,
 }
 
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
-}
-
-fn counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::with_opts(Opts::new(name, help)).expect("valid metric")
-}
-
-fn latency(name: &str, help: &str) -> Histogram {
-    Histogram::with_opts(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()))
-        .expect("valid metric")
-}
-
 impl KafkaMetrics {
     /// Fresh, unregistered metrics; `max_topic_labels` bounds the `topic` label's values.
     pub fn new(max_topic_labels: usize) -> Self {
@@ -88,15 +73,11 @@ impl KafkaMetrics {
                  (its top-level code, else its first partition's; NONE for none)",
                 &["api", "version", "error"],
             ),
-            request_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "weir_kafka_request_duration_seconds",
-                    "From a request read to its response ready (fetch long-polls included)",
-                )
-                .buckets(LATENCY_BUCKETS.to_vec()),
+            request_duration: latency_vec(
+                "weir_kafka_request_duration_seconds",
+                "From a request read to its response ready (fetch long-polls included)",
                 &["api"],
-            )
-            .expect("valid metric"),
+            ),
             produce_duration: latency(
                 "weir_produce_duration_seconds",
                 "From a produce request read to its acknowledgement ready (acks=1/all)",
@@ -105,11 +86,10 @@ impl KafkaMetrics {
                 "weir_fetch_duration_seconds",
                 "From a fetch request read to its response ready, long-poll wait included",
             ),
-            connections: IntGauge::with_opts(Opts::new(
+            connections: gauge(
                 "weir_kafka_connections",
                 "Kafka client connections open now",
-            ))
-            .expect("valid metric"),
+            ),
             accepted: counter(
                 "weir_kafka_connections_accepted_total",
                 "Kafka client connections accepted",
@@ -200,20 +180,27 @@ impl KafkaMetrics {
 
     /// Records and bytes of `topic` acknowledged to a producer.
     pub(crate) fn produced(&self, topic: &str, records: u64, bytes: u64) {
-        let label = [self.topics.label(topic)];
-        self.produced_records
-            .with_label_values(&label)
-            .inc_by(records);
-        self.produced_bytes.with_label_values(&label).inc_by(bytes);
+        self.count(
+            topic,
+            [&self.produced_records, &self.produced_bytes],
+            [records, bytes],
+        );
     }
 
     /// Records and bytes of `topic` returned to a fetcher.
     pub(crate) fn fetched(&self, topic: &str, records: u64, bytes: u64) {
+        self.count(
+            topic,
+            [&self.fetched_records, &self.fetched_bytes],
+            [records, bytes],
+        );
+    }
+
+    fn count(&self, topic: &str, families: [&IntCounterVec; 2], amounts: [u64; 2]) {
         let label = [self.topics.label(topic)];
-        self.fetched_records
-            .with_label_values(&label)
-            .inc_by(records);
-        self.fetched_bytes.with_label_values(&label).inc_by(bytes);
+        for (family, amount) in families.into_iter().zip(amounts) {
+            family.with_label_values(&label).inc_by(amount);
+        }
     }
 
     /// Bytes produced so far, every topic: the denominator of `$ per GiB`.
