@@ -44,8 +44,10 @@ def test_appendable_roundtrip_through_the_pool(agent, profile):
     agent.stop()
     agent.start(extra_args=zonal(agent, profile))
     assert "ingest files are appended into pooled objects" in agent.log_text()
-    # The metadata log (in bucket 0) appends its slots into pre-warmed objects too (RFC 0004).
-    assert "metadata log slots are appended into pre-warmed objects" in agent.log_text()
+    # The metadata log (in bucket 0) appends its slots into pre-warmed objects where a create
+    # costs more than an append (RFC 0004); on S3 Express each slot is one create-only PUT.
+    prewarmed = "metadata log slots are appended into pre-warmed objects" in agent.log_text()
+    assert prewarmed == (profile == "gcs-rapid"), agent.log_text()[-3000:]
     topic = unique("append")
     ck_create_topics(agent.bootstrap, {topic: 3})
     recs = [Rec(topic, i % 3, f"k{i}".encode(), f"value-{i}".encode() * 8) for i in range(600)]
@@ -68,6 +70,35 @@ def test_appendable_roundtrip_through_the_pool(agent, profile):
     for i in range(3):
         empty = [p for p in (root / f"b{i}" / "ingest").rglob("*.weir") if p.stat().st_size == 0]
         assert not empty, f"bucket {i}: {len(empty)} empty pooled objects left"
+
+
+@pytest.mark.parametrize("profile,pooled", [("gcs-rapid", True), ("s3-express", False)])
+def test_auto_ingest_writes_pool_only_where_creates_cost_more(agent, profile, pooled):
+    """`storage.ingest_writes = "auto"`: GCS Rapid (create ~75 ms, append ~2 ms) appends into
+    pooled objects and pre-warms log slots; S3 Express (a create is a PutObject like an append)
+    writes one PUT per file and create-only log slots, so each file and slot is one request per
+    bucket instead of two. Counted from the buckets: every object written holds data."""
+    flags = [arg for arg in zonal(agent, profile) if arg not in ("--ingest-writes", "append")]
+    agent.stop()
+    agent.start(extra_args=flags)
+    log = agent.log_text()
+    assert ("ingest files are appended into pooled objects" in log) == pooled, log[-3000:]
+    assert ("metadata log slots are appended into pre-warmed objects" in log) == pooled
+    topic = unique("autowrites")
+    ck_create_topics(agent.bootstrap, {topic: 2})
+    recs = [Rec(topic, i % 2, None, f"v{i}".encode() * 20) for i in range(300)]
+    ck_produce(agent.bootstrap, recs, {"acks": "all", "linger.ms": 2})
+    assert_dense(ck_consume(agent.bootstrap, topic, range(2)), topic)
+    root = agent.data_dir.parent / "zonal"
+    agent.stop()
+    # The pool deletes its unused objects at shutdown, and unused pre-warmed slots stay empty:
+    # without either, no bucket holds an empty data file or log slot.
+    empty = [p for p in root.rglob("*") if p.is_file() and p.stat().st_size == 0
+             and (p.suffix == ".weir" or "log" in p.parent.parts)]
+    if pooled:
+        assert any("log" in str(p) for p in empty), "no pre-warmed slot objects were made"
+    else:
+        assert not empty, empty[:5]
 
 
 @pytest.mark.parametrize("seed", [11])

@@ -258,6 +258,12 @@ where
         self.limits
     }
 
+    /// Opening an appendable object costs ~75 ms, an append and flush into an open one ~2 ms
+    /// (seed 000's measurements).
+    fn creates_ahead_pay_off(&self) -> bool {
+        true
+    }
+
     /// Opens the object with `ifGenerationMatch: 0` and flushes once, so the object exists and
     /// the stream has had its first round trip when this returns. A failed flush leaves an
     /// empty unfinalized object behind, for orphan collection.

@@ -246,6 +246,11 @@ impl AppendableStore for S3ExpressAppend {
         self.shared.limits
     }
 
+    /// A create is a `PutObject` like every append: making objects ahead buys no latency.
+    fn creates_ahead_pay_off(&self) -> bool {
+        false
+    }
+
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         let shared = &self.shared;
         shared

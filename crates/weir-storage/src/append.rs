@@ -107,6 +107,14 @@ pub trait AppendableStore: Send + Sync + fmt::Debug + 'static {
     /// Per-object limits.
     fn limits(&self) -> AppendLimits;
 
+    /// Whether creating objects ahead of need takes latency off the write path: true where a
+    /// create costs far more than an append and flush (GCS Rapid: ~75 ms against ~2 ms), false
+    /// where a create is one request like an append (S3 Express: both are a `PutObject`). Where
+    /// it is false, a pooled ingest file or a pre-warmed log slot costs two requests for the
+    /// latency of one, so `storage.ingest_writes = "auto"` writes whole objects and the log does
+    /// not pre-warm slots.
+    fn creates_ahead_pay_off(&self) -> bool;
+
     /// Creates an empty, unfinalized object at `path` and returns its writer at offset 0. Fails
     /// with `AlreadyExists` when any object is at `path`. When this returns, the object exists
     /// and is visible to GETs and LISTs.

@@ -234,6 +234,10 @@ impl AppendableStore for HeldAppendable {
         self.inner.limits()
     }
 
+    fn creates_ahead_pay_off(&self) -> bool {
+        self.inner.creates_ahead_pay_off()
+    }
+
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         self.check()?;
         self.inner.create(path).await

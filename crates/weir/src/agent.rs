@@ -11,6 +11,7 @@ use weir_fetch::FetchReader;
 use weir_produce::{IngestWrites, ProducePipeline, ProduceSettings};
 use weir_server::{Broker, BrokerSettings, Server};
 use weir_storage::append::ingest::IngestLoader;
+use weir_storage::append::AppendableStore;
 use weir_storage::pool::WriterPool;
 use weir_storage::{QuorumWriter, ReadCache};
 
@@ -168,7 +169,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             log_gc: config.control.log_gc,
             address: member.as_ref().map_or(kafka_address, |m| m.address.clone()),
             appendable: buckets.metadata.appendable.clone(),
-            prewarmed_slots: config.control.prewarmed_slots,
+            prewarmed_slots: prewarmed_slots(&config, &buckets),
             cluster: member.as_ref().map(|m| m.settings.clone()),
             metrics: control_metrics,
             ..ControlPlaneSettings::default()
@@ -181,11 +182,16 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let queues = member.as_ref().map(|m| m.queues.clone());
     let (control_stop, control_stopped) = tokio::sync::oneshot::channel::<()>();
     let control_serving = member.map(|member| member.serve(&control, control_stopped));
-    if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 {
-        info!(
-            prewarmed_slots = config.control.prewarmed_slots,
+    match prewarmed_slots(&config, &buckets) {
+        0 if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 => info!(
+            "metadata log slots are written with create-only PUTs: on this bucket a create costs \
+             what an append does, so pre-warmed slots would double the log's requests"
+        ),
+        0 => {}
+        slots => info!(
+            prewarmed_slots = slots,
             "metadata log slots are appended into pre-warmed objects (RFC 0004)"
-        );
+        ),
     }
     let writer = Arc::new(
         QuorumWriter::new(buckets.ingest_stores(), config.storage.quorum)?
@@ -559,8 +565,20 @@ async fn start_compaction(
     ))))
 }
 
+/// The metadata log's pre-warmed slots: `control.prewarmed_slots` where the metadata bucket has
+/// appendable objects whose creates ahead of need pay off, else none (each slot is then one
+/// create-only PUT; empty slot objects left by an earlier writer are still filled through the
+/// appendable view).
+fn prewarmed_slots(config: &Config, buckets: &Buckets) -> usize {
+    match &buckets.metadata.appendable {
+        Some(appendable) if appendable.creates_ahead_pay_off() => config.control.prewarmed_slots,
+        _ => 0,
+    }
+}
+
 /// How sealed files reach the ingest buckets (`storage.ingest_writes`): appends into pooled
-/// objects when every ingest bucket has appendable objects (and the mode allows), else PUTs.
+/// objects when the mode says so, or when it is `auto` and every ingest bucket has appendable
+/// objects whose creates ahead of need pay off; else PUTs.
 fn ingest_writes(
     config: &Config,
     buckets: &Buckets,
@@ -569,9 +587,19 @@ fn ingest_writes(
 ) -> anyhow::Result<IngestWrites> {
     let mode = config.storage.ingest_writes;
     let appendable = buckets.ingest_appendable();
+    let pays_off = |stores: &[Arc<dyn AppendableStore>]| {
+        stores.iter().all(|store| store.creates_ahead_pay_off())
+    };
     let appendable = match (mode, appendable) {
         (IngestWriteMode::Put, _) | (IngestWriteMode::Auto, None) => {
             info!(mode = ?mode, "ingest files are written with one PUT per file and bucket");
+            return Ok(IngestWrites::Put);
+        }
+        (IngestWriteMode::Auto, Some(appendable)) if !pays_off(&appendable) => {
+            info!(
+                "ingest files are written with one PUT per file and bucket: on these buckets a \
+                 create costs what an append does, so pooled objects would double the requests"
+            );
             return Ok(IngestWrites::Put);
         }
         (IngestWriteMode::Append, None) => anyhow::bail!(

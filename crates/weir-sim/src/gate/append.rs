@@ -58,6 +58,10 @@ impl AppendableStore for GateAppendable {
         self.inner.limits()
     }
 
+    fn creates_ahead_pay_off(&self) -> bool {
+        self.inner.creates_ahead_pay_off()
+    }
+
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         pass(&self.halted, &self.faults).await;
         Ok(self.wrap(self.inner.create(path).await?))

@@ -238,6 +238,12 @@ impl AppendableStore for MemoryAppendable {
         self.shared.limits
     }
 
+    /// The double has no latency of its own: it answers for the backend it doubles, known by
+    /// its fence (generation: GCS Rapid, write offset: S3 Express).
+    fn creates_ahead_pay_off(&self) -> bool {
+        self.shared.fence == FenceKind::Generation
+    }
+
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         let opts = PutOptions {
             mode: PutMode::Create,

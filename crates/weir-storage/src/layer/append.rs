@@ -109,6 +109,10 @@ impl AppendableStore for LayerAppendable {
         self.inner.limits()
     }
 
+    fn creates_ahead_pay_off(&self) -> bool {
+        self.inner.creates_ahead_pay_off()
+    }
+
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         let writer = self
             .meter

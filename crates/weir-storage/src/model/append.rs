@@ -61,6 +61,14 @@ impl AppendableStore for ModelAppendable {
         self.inner.limits()
     }
 
+    /// The profile decides: a create must cost more than twice an append and flush (p50).
+    fn creates_ahead_pay_off(&self) -> bool {
+        match &self.model.profile.append {
+            Some(costs) => costs.create.p50 > costs.append_flush.p50 * 2,
+            None => self.inner.creates_ahead_pay_off(),
+        }
+    }
+
     async fn create(&self, path: &Path) -> Result<Box<dyn AppendWriter>, StorageError> {
         self.model.gate(Op::AppendCreate, 0).await?;
         let inner = self.inner.create(path).await?;
