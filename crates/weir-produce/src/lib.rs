@@ -2,8 +2,10 @@
 //!
 //! * A connection turns each Produce request into a [`ProduceTicket`] and gets back a future
 //!   for its outcome; it does not wait before reading the next request (the Little's-law stage).
-//! * The batcher packs tickets from every connection into one open file, sealed on
-//!   `flush_interval` or `max_file_bytes`, and numbers sealed files 1, 2, 3… in seal order.
+//! * The batcher packs tickets from every connection into one open file and numbers sealed
+//!   files 1, 2, 3… in seal order. It seals adaptively: at once at low rates when nothing is
+//!   uploading, spaced out as the rate grows, and never later than `flush_interval` or past
+//!   `target_file_bytes` (see [`batcher`]).
 //! * Uploads run concurrently (bounded) to a quorum of ingest buckets.
 //! * The committer commits files to the control plane strictly in seal order (ORD-2); a file
 //!   whose upload failed for good fails with every later file sealed before the failure was seen.

@@ -1,8 +1,10 @@
 //! What the produce path exports to `/metrics`: where a produce spends its time, and the files
 //! it seals and uploads. Created unregistered with the pipeline; the agent registers them.
 
-use prometheus::{Histogram, HistogramVec, IntCounter, IntGauge, Registry};
-use weir_common::metrics::{counter, gauge, histogram, latency_vec};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
+use weir_common::metrics::{counter, counter_vec, gauge, histogram, latency_vec};
+
+use crate::batcher::SealReason;
 
 /// The stages of [`ProduceMetrics::stage`], in the order a produce passes them.
 #[derive(Debug, Clone, Copy)]
@@ -32,7 +34,7 @@ impl Stage {
 #[derive(Debug, Clone)]
 pub struct ProduceMetrics {
     stage: HistogramVec,
-    pub(crate) files_sealed: IntCounter,
+    files_sealed: IntCounterVec,
     pub(crate) file_size: Histogram,
     pub(crate) uploads_in_flight: IntGauge,
     pub(crate) upload_retries: IntCounter,
@@ -56,9 +58,12 @@ impl ProduceMetrics {
                  and commit per file",
                 &["stage"],
             ),
-            files_sealed: counter(
+            files_sealed: counter_vec(
                 "weir_files_sealed_total",
-                "Files sealed by the batcher (each is one upload to every ingest bucket)",
+                "Files sealed by the batcher (each is one upload to every ingest bucket), by why: \
+                 size (target or max bytes), interval (flush_interval), eager (the pipeline had \
+                 room at a low rate), shutdown",
+                &["reason"],
             ),
             file_size: histogram("weir_file_size_bytes", "Sizes of sealed files", sizes),
             uploads_in_flight: gauge(
@@ -72,13 +77,21 @@ impl ProduceMetrics {
         }
     }
 
-    /// Registers every metric with `registry`.
+    /// Registers every metric with `registry` (every seal reason starts at zero).
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        for reason in SealReason::ALL {
+            self.seals(reason);
+        }
         registry.register(Box::new(self.stage.clone()))?;
         registry.register(Box::new(self.files_sealed.clone()))?;
         registry.register(Box::new(self.file_size.clone()))?;
         registry.register(Box::new(self.uploads_in_flight.clone()))?;
         registry.register(Box::new(self.upload_retries.clone()))
+    }
+
+    /// The seal counter for `reason`.
+    pub(crate) fn seals(&self, reason: SealReason) -> IntCounter {
+        self.files_sealed.with_label_values(&[reason.label()])
     }
 
     pub(crate) fn observe(&self, stage: Stage, since: tokio::time::Instant) {

@@ -18,9 +18,15 @@ use crate::uploader::{Destination, IngestWrites};
 /// Produce-path tuning. Each knob trades latency against object-store cost.
 #[derive(Debug, Clone)]
 pub struct ProduceSettings {
-    /// Longest a batch waits in the open file. Lower: lower latency, more PUTs per GiB.
+    /// Longest a batch waits in the open file, and the longest spacing of eager seals (see
+    /// the batcher). Lower: lower latency at high rates, more PUTs per GiB.
     pub flush_interval: Duration,
-    /// A file seals once it holds this many bytes. Higher: fewer PUTs, more memory in flight.
+    /// A file seals once it holds this many bytes: the size worth a PUT at once. With
+    /// `flush_interval` it sets the rate (`target_file_bytes / flush_interval`) from which every
+    /// file waits the interval or fills to the target; below it, seals come sooner.
+    pub target_file_bytes: usize,
+    /// A file never holds more than this (a ticket is never split, so one larger ticket is
+    /// a file of its own). Higher: fewer PUTs, more memory in flight.
     pub max_file_bytes: usize,
     /// Files uploading at once. Bounds memory and hides per-PUT latency.
     pub max_inflight_uploads: usize,
@@ -34,6 +40,7 @@ impl Default for ProduceSettings {
     fn default() -> Self {
         Self {
             flush_interval: Duration::from_millis(5),
+            target_file_bytes: 1024 * 1024,
             max_file_bytes: 8 * 1024 * 1024,
             max_inflight_uploads: 32,
             upload_attempts: 3,

@@ -24,6 +24,7 @@ use crate::{
 };
 
 mod pooled;
+mod sealing;
 
 const NO_PRODUCER: (i64, i16, i32) = (-1, -1, -1);
 

@@ -205,6 +205,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
                 .produce
                 .flush_interval
                 .resolve(&config.storage.profile),
+            target_file_bytes: config
+                .produce
+                .target_file_bytes
+                .resolve(&config.storage.profile),
             max_file_bytes: config.produce.max_file_bytes,
             max_inflight_uploads: config.produce.max_inflight_uploads.max(1),
             upload_attempts: config.produce.upload_attempts.max(1),

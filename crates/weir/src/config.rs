@@ -184,6 +184,7 @@ impl StorageConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProduceConfig {
     pub(crate) flush_interval: FlushInterval,
+    pub(crate) target_file_bytes: TargetFileBytes,
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
     pub(crate) upload_attempts: u32,
@@ -375,17 +376,62 @@ impl TryFrom<String> for FlushInterval {
 }
 
 impl FlushInterval {
-    /// The interval for `profile`. `auto` follows the PUTs-per-GiB curve of docs/benchmarks.md §4:
-    /// where a PUT is expensive and slow (s3-standard, gcs-regional) a longer flush cuts request
-    /// cost ~10x for ~100 ms of latency; on low-latency zonal storage 20 ms keeps most of the
-    /// saving; local files pay no request cost, so they flush at 5 ms.
+    /// The interval for `profile`. `auto` follows the PUTs-per-GiB curves of docs/benchmarks.md
+    /// §4 and §16: where a PUT is expensive and slow (s3-standard, gcs-regional) a longer flush
+    /// cuts request cost ~10x for ~100 ms of latency; on low-latency zonal storage 50 ms with a
+    /// 1 MiB target keeps files at 1 MiB from 20 MiB/s on (≤ 1,024 PUTs per GiB per bucket),
+    /// while adaptive sealing keeps lower rates from waiting for it; local files pay no request
+    /// cost, so they flush at 5 ms.
     pub(crate) fn resolve(self, profile: &str) -> Duration {
         match self {
             FlushInterval::Fixed(interval) => interval,
             FlushInterval::Auto => match profile {
                 "s3-standard" | "gcs-regional" => Duration::from_millis(100),
-                "s3-express" | "gcs-rapid" | "azure-premium" => Duration::from_millis(20),
+                "s3-express" | "gcs-rapid" | "azure-premium" => Duration::from_millis(50),
                 _ => Duration::from_millis(5),
+            },
+        }
+    }
+}
+
+/// `produce.target_file_bytes`: bytes, or `auto` for the default of the storage profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub(crate) enum TargetFileBytes {
+    Auto,
+    Fixed(usize),
+}
+
+impl TryFrom<toml::Value> for TargetFileBytes {
+    type Error = String;
+
+    fn try_from(value: toml::Value) -> Result<Self, Self::Error> {
+        // A `WEIR_` variable arrives as a string where the default is one ("auto").
+        let bytes = match &value {
+            toml::Value::String(text) if text == "auto" => return Ok(TargetFileBytes::Auto),
+            toml::Value::String(text) => text.parse::<usize>().ok(),
+            toml::Value::Integer(bytes) => usize::try_from(*bytes).ok(),
+            _ => None,
+        };
+        match bytes {
+            Some(bytes) if bytes > 0 => Ok(TargetFileBytes::Fixed(bytes)),
+            _ => Err(format!(
+                "target_file_bytes {value}: a positive number of bytes or \"auto\""
+            )),
+        }
+    }
+}
+
+impl TargetFileBytes {
+    /// The target for `profile`: 1 MiB where a PUT is cheap and fast (zonal buckets, local
+    /// files), so a high rate seals a file as soon as it is worth its PUT; 8 MiB on s3-standard
+    /// and gcs-regional, where a PUT costs ~5x more and a bigger file is worth its wait.
+    pub(crate) fn resolve(self, profile: &str) -> usize {
+        match self {
+            TargetFileBytes::Fixed(bytes) => bytes,
+            TargetFileBytes::Auto => match profile {
+                "s3-standard" | "gcs-regional" => 8 << 20,
+                _ => 1 << 20,
             },
         }
     }

@@ -152,12 +152,24 @@ impl Scenario {
             create_conflict_rate: 0.0,
             put: OpLatency::millis(put_p50, put_p50 * rng.u64(2..=6)),
             get: OpLatency::millis(1 + put_p50 / 3, put_p50 * 2),
-            produce: ProduceSettings {
-                flush_interval: Duration::from_millis(rng.u64(1..=20)),
-                max_file_bytes: [300, 2_000, 64 * 1024][rng.usize(..3)],
-                max_inflight_uploads: rng.usize(1..=8),
-                upload_attempts: rng.u32(1..=3),
-                queue_depth: 1024,
+            produce: {
+                let flush_ms = rng.u64(1..=20);
+                let max_file_bytes = [300, 2_000, 64 * 1024][rng.usize(..3)];
+                ProduceSettings {
+                    flush_interval: Duration::from_millis(flush_ms),
+                    // From the draws above (a new draw would shift every later one and so
+                    // every seed's scenario): half the seeds seal at a quarter of the largest
+                    // file, half only at the largest.
+                    target_file_bytes: if flush_ms % 2 == 0 {
+                        max_file_bytes / 4
+                    } else {
+                        max_file_bytes
+                    },
+                    max_file_bytes,
+                    max_inflight_uploads: rng.usize(1..=8),
+                    upload_attempts: rng.u32(1..=3),
+                    queue_depth: 1024,
+                }
             },
             log_inflight: rng.usize(1..=4),
             snapshot_every: rng.u64(3..=40),

@@ -23,7 +23,13 @@ fn test_config_defaults_parse() {
     );
     assert_eq!(
         config.produce.flush_interval.resolve("s3-express"),
-        Duration::from_millis(20)
+        Duration::from_millis(50)
+    );
+    assert_eq!(config.produce.target_file_bytes, TargetFileBytes::Auto);
+    assert_eq!(config.produce.target_file_bytes.resolve("local"), 1 << 20);
+    assert_eq!(
+        config.produce.target_file_bytes.resolve("s3-standard"),
+        8 << 20
     );
     let groups = config.groups.settings();
     assert_eq!(
@@ -48,6 +54,15 @@ fn test_config_env_overrides_and_rejects_bad_values() {
         FlushInterval::Fixed(Duration::from_millis(20))
     );
     assert_eq!(config.kafka.num_partitions, 3);
+    let config = Config::load(None, env(&[("WEIR_PRODUCE_TARGET_FILE_BYTES", "65536")])).unwrap();
+    assert_eq!(
+        config.produce.target_file_bytes,
+        TargetFileBytes::Fixed(65536)
+    );
+    for bad in ["0", "-1", "\"big\""] {
+        let env = env(&[("WEIR_PRODUCE_TARGET_FILE_BYTES", bad)]);
+        assert!(Config::load(None, env).is_err(), "{bad}");
+    }
     assert!(Config::load(None, env(&[("WEIR_KAFKA_NUM_PARTITIONS", "many")])).is_err());
     assert!(Config::load(None, env(&[("WEIR_STORAGE_PROFILE", "nope")])).is_err());
     let config = Config::load(None, env(&[("WEIR_GROUPS_MIN_SESSION_TIMEOUT", "1s")])).unwrap();

@@ -1,0 +1,184 @@
+//! Adaptive sealing (issue 16): when the batcher seals a file, in virtual time. A lone batch
+//! seals at once when nothing uploads; batches arriving during an upload share the next file;
+//! `flush_interval` bounds every wait; at a high rate files fill to `target_file_bytes`.
+
+use tokio::time::{sleep, Instant};
+
+use super::*;
+use crate::batcher::SealReason;
+
+/// A pipeline over one bucket whose PUTs take `put_ms`, and a one-partition topic.
+async fn one_partition(settings: ProduceSettings, put_ms: u64, name: &str) -> (Harness, TopicId) {
+    let h = harness(vec![fixed_put(put_ms)], 1, settings).await;
+    let topic = h
+        .control
+        .create_topic(name, 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    (h, topic)
+}
+
+fn seals(h: &Harness, reason: SealReason) -> u64 {
+    h.pipeline.metrics().seals(reason).get()
+}
+
+fn files_of(h: &Harness, topic: TopicId) -> Vec<FileId> {
+    let (_, _, index) = partition_view(&h.control, topic, 0);
+    let mut files: Vec<FileId> = index.iter().map(|entry| entry.file_id).collect();
+    files.dedup();
+    files
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_lone_batch_seals_at_once_when_nothing_uploads() {
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_secs(1),
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 10, "lone").await;
+    for round in 0..2 {
+        let started = Instant::now();
+        let outcome = h.pipeline.submit(single(topic, 0, 3)).await.await;
+        assert_eq!(outcome, vec![committed(round * 3)]);
+        // One 10 ms upload and a commit on an in-memory log: nowhere near the 1 s bound.
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "{:?}",
+            started.elapsed()
+        );
+        sleep(Duration::from_secs(5)).await;
+    }
+    assert_eq!(seals(&h, SealReason::Eager), 2);
+    assert_eq!(seals(&h, SealReason::Interval), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_batches_arriving_during_an_upload_share_the_next_file() {
+    // Eager seals at most every 50 ms (a quarter interval); the bound is 200 ms.
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_millis(200),
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 100, "room").await;
+    let started = Instant::now();
+    let first = h.pipeline.submit(single(topic, 0, 1)).await;
+    let mut later = Vec::new();
+    for _ in 0..4 {
+        sleep(Duration::from_millis(10)).await;
+        later.push(h.pipeline.submit(single(topic, 0, 1)).await);
+    }
+    assert_eq!(first.await, vec![committed(0)]);
+    for (i, outcome) in later.into_iter().enumerate() {
+        assert_eq!(outcome.await, vec![committed(1 + i as i64)]);
+    }
+    // The first file uploads alone; the other four waited for it (no room), not for their
+    // bound (210 ms), and then went out together at 100 ms: two uploads of 100 ms.
+    assert_eq!(files_of(&h, topic).len(), 2);
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(seals(&h, SealReason::Eager), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_steady_stream_seals_at_most_four_files_per_interval() {
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_millis(40),
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 1, "steady").await;
+    // A small batch every 2 ms for 400 ms: far below the target rate, so the spacing is at its
+    // floor of 10 ms, and each upload (1 ms) is done long before the next seal.
+    let mut pending = Vec::new();
+    for _ in 0..200 {
+        pending.push(h.pipeline.submit(single(topic, 0, 1)).await);
+        sleep(Duration::from_millis(2)).await;
+    }
+    for outcome in pending {
+        assert!(matches!(
+            outcome.await[0],
+            PartitionOutcome::Committed { .. }
+        ));
+    }
+    let files = files_of(&h, topic).len();
+    assert!((38..=42).contains(&files), "{files} files in 400 ms");
+    assert_eq!(seals(&h, SealReason::Interval), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_flush_interval_bounds_the_wait_for_room() {
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_millis(50),
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 500, "bound").await;
+    let first = h.pipeline.submit(single(topic, 0, 1)).await;
+    sleep(Duration::from_millis(10)).await;
+    let second = h.pipeline.submit(single(topic, 0, 1)).await;
+    assert_eq!(first.await, vec![committed(0)]);
+    assert_eq!(second.await, vec![committed(1)]);
+    // The second batch could not wait for the first upload (500 ms): it sealed at its bound.
+    assert_eq!(seals(&h, SealReason::Eager), 1);
+    assert_eq!(seals(&h, SealReason::Interval), 1);
+    assert_eq!(files_of(&h, topic).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_at_a_high_rate_files_fill_to_the_target() {
+    let target = 4096;
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_millis(50),
+        target_file_bytes: target,
+        max_file_bytes: 1 << 20,
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 5, "fast").await;
+    // One ticket per millisecond: far above target / flush_interval (~80 KB/s).
+    let mut pending = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..300 {
+        let ticket = single(topic, 0, 40);
+        bytes += ticket.byte_len();
+        pending.push(h.pipeline.submit(ticket).await);
+        sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        bytes as f64 / 0.3 > 2.0 * target as f64 / 0.05,
+        "the rate is high"
+    );
+    for outcome in pending {
+        assert!(matches!(
+            outcome.await[0],
+            PartitionOutcome::Committed { .. }
+        ));
+    }
+    let files = files_of(&h, topic);
+    // Once the rate is known, every file but the last fills to the target: about bytes /
+    // target files, not one per ticket or per millisecond.
+    assert!(
+        files.len() <= bytes / target + 3,
+        "{} files for {bytes} bytes",
+        files.len()
+    );
+    assert!(seals(&h, SealReason::Size) >= (bytes / target) as u64 - 3);
+    let sizes: Vec<usize> = {
+        let (_, _, index) = partition_view(&h.control, topic, 0);
+        files
+            .iter()
+            .map(|file| {
+                index
+                    .iter()
+                    .filter(|entry| entry.file_id == *file)
+                    .map(|entry| entry.len as usize)
+                    .sum()
+            })
+            .collect()
+    };
+    let small = sizes[1..sizes.len() - 1]
+        .iter()
+        .filter(|size| **size < target)
+        .count();
+    assert!(small <= 2, "files below the target: {sizes:?}");
+}
