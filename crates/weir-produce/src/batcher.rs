@@ -4,7 +4,8 @@
 //! than growing memory.
 //!
 //! When a file seals (adaptive sealing, issue 16), at the earliest of:
-//! - it holds `max_file_bytes`, or `target_file_bytes` (a big file is worth its PUT at once);
+//! - it holds `target_file_bytes` (a big file is worth its PUT at once), or `max_file_bytes`
+//!   when that is smaller;
 //! - its oldest batch has waited `flush_interval` (the upper bound on any batch's wait);
 //! - *eagerly*: no other file is uploading (the pipeline has room) and the last seal was at
 //!   least `spacing(rate)` ago, where `rate` is the recent arrival rate in bytes per second and
@@ -15,7 +16,9 @@
 //! seals space out until, from `target_file_bytes / flush_interval` on, every file waits the
 //! whole interval or fills to the target: few PUTs per GiB where it matters. A seal is never
 //! later than under a fixed interval, and a slow store grows files (no eager seal while an
-//! upload is in flight).
+//! upload is in flight). The rate is read when the batcher wakes (a ticket, an upload done),
+//! so while it sleeps a decaying rate does not bring the eager point forward: a seal can come
+//! later than the spacing says, never later than the interval.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,8 +154,10 @@ impl Batcher {
         let permits = Arc::new(Semaphore::new(settings.max_inflight_uploads.max(1)));
         // The rate follows changes within a few intervals, and a burst does not carry over
         // for longer than a second.
-        let tau =
-            (settings.flush_interval * 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let tau = settings
+            .flush_interval
+            .saturating_mul(4)
+            .clamp(Duration::from_millis(20), Duration::from_secs(1));
         Self {
             settings,
             destination: Arc::new(destination),
@@ -170,13 +175,24 @@ impl Batcher {
 
     /// Files uploading now (sealed, not yet in a quorum or failed).
     fn uploading(&self) -> usize {
-        self.settings.max_inflight_uploads.max(1) - self.permits.available_permits()
+        self.settings
+            .max_inflight_uploads
+            .max(1)
+            .saturating_sub(self.permits.available_permits())
+    }
+
+    /// The size at which a file seals: the target, or the maximum when that is smaller.
+    fn full_bytes(&self) -> usize {
+        self.settings
+            .target_file_bytes
+            .min(self.settings.max_file_bytes)
+            .max(1)
     }
 
     /// The least time between two eager seals at the current arrival rate (module docs).
     fn spacing(&self, now: Instant) -> Duration {
         let interval = self.settings.flush_interval;
-        let target = self.settings.target_file_bytes.max(1) as f64;
+        let target = self.full_bytes() as f64;
         let fill = self.arrivals.bytes_per_sec(now) * interval.as_secs_f64() / target;
         interval.mul_f64(fill.clamp(MIN_SPACING, 1.0))
     }
@@ -252,11 +268,7 @@ impl Batcher {
         });
         self.metrics.observe(Stage::Queue, queued.queued_at);
         append(file, queued);
-        let full = self
-            .settings
-            .max_file_bytes
-            .min(self.settings.target_file_bytes);
-        if file.builder.batch_bytes() >= full {
+        if file.builder.batch_bytes() >= self.full_bytes() {
             open.take()
         } else {
             None

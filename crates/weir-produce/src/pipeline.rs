@@ -25,8 +25,9 @@ pub struct ProduceSettings {
     /// `flush_interval` it sets the rate (`target_file_bytes / flush_interval`) from which every
     /// file waits the interval or fills to the target; below it, seals come sooner.
     pub target_file_bytes: usize,
-    /// A file never holds more than this (a ticket is never split, so one larger ticket is
-    /// a file of its own). Higher: fewer PUTs, more memory in flight.
+    /// A file seals once it holds this many bytes, whatever the target (a ticket is never
+    /// split, so the last one can take a file past it). Higher: fewer PUTs, more memory in
+    /// flight.
     pub max_file_bytes: usize,
     /// Files uploading at once. Bounds memory and hides per-PUT latency.
     pub max_inflight_uploads: usize,

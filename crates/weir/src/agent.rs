@@ -159,6 +159,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     };
     let member = Membership::bind(&config, &advertised_host, local.port(), seed).await?;
     let kafka_address = format!("{advertised_host}:{}", local.port());
+    let prewarmed = prewarmed_slots(&config, &buckets);
     let control = ControlPlane::open(
         metadata,
         ControlPlaneSettings {
@@ -169,7 +170,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             log_gc: config.control.log_gc,
             address: member.as_ref().map_or(kafka_address, |m| m.address.clone()),
             appendable: buckets.metadata.appendable.clone(),
-            prewarmed_slots: prewarmed_slots(&config, &buckets),
+            prewarmed_slots: prewarmed,
             cluster: member.as_ref().map(|m| m.settings.clone()),
             metrics: control_metrics,
             ..ControlPlaneSettings::default()
@@ -182,7 +183,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let queues = member.as_ref().map(|m| m.queues.clone());
     let (control_stop, control_stopped) = tokio::sync::oneshot::channel::<()>();
     let control_serving = member.map(|member| member.serve(&control, control_stopped));
-    match prewarmed_slots(&config, &buckets) {
+    match prewarmed {
         0 if buckets.metadata.appendable.is_some() && config.control.prewarmed_slots > 0 => info!(
             "metadata log slots are written with create-only PUTs: on this bucket a create costs \
              what an append does, so pre-warmed slots would double the log's requests"

@@ -354,6 +354,10 @@ impl GroupsConfig {
     }
 }
 
+/// The longest `produce.flush_interval`: a batch waiting longer would time out most clients'
+/// requests (Kafka's default `request.timeout.ms` is 30 s).
+const MAX_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+
 /// `produce.flush_interval`: a duration, or `auto` for the default of the storage profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -647,6 +651,14 @@ impl Config {
                 self.gc.fetch_plan_ttl
             );
         }
+        if let FlushInterval::Fixed(interval) = self.produce.flush_interval {
+            if interval > MAX_FLUSH_INTERVAL {
+                bail!(
+                    "produce.flush_interval ({interval:?}) must be at most {:?}",
+                    MAX_FLUSH_INTERVAL
+                );
+            }
+        }
         if weir_storage::LatencyProfile::named(&self.storage.profile).is_none() {
             bail!(
                 "unknown storage.profile {:?}; known: {}",
@@ -737,7 +749,8 @@ const SHORT_ENV: &[&str] = &[
 ];
 
 fn parse_env_value(raw: &str, current: &toml::Value) -> anyhow::Result<toml::Value> {
-    if current.is_str() {
+    // `auto` is a string in every key that takes it, whatever the value it overrides.
+    if current.is_str() || raw == "auto" {
         return Ok(toml::Value::String(raw.to_string()));
     }
     let wrapped = format!("value = {raw}");

@@ -59,6 +59,20 @@ fn test_config_env_overrides_and_rejects_bad_values() {
         config.produce.target_file_bytes,
         TargetFileBytes::Fixed(65536)
     );
+    // "auto" overrides a number a config file set, and a number in a file is read as such.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weir.toml");
+    std::fs::write(&path, "[produce]\ntarget_file_bytes = 4096\n").unwrap();
+    let config = Config::load(Some(&path), Vec::new()).unwrap();
+    assert_eq!(
+        config.produce.target_file_bytes,
+        TargetFileBytes::Fixed(4096)
+    );
+    let env_auto = env(&[("WEIR_PRODUCE_TARGET_FILE_BYTES", "auto")]);
+    let config = Config::load(Some(&path), env_auto).unwrap();
+    assert_eq!(config.produce.target_file_bytes, TargetFileBytes::Auto);
+    let slow = env(&[("WEIR_PRODUCE_FLUSH_INTERVAL", "11s")]);
+    assert!(Config::load(None, slow).is_err(), "a flush past 10 s");
     for bad in ["0", "-1", "\"big\""] {
         let env = env(&[("WEIR_PRODUCE_TARGET_FILE_BYTES", bad)]);
         assert!(Config::load(None, env).is_err(), "{bad}");
