@@ -70,8 +70,14 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# Ports this process handed out: a port is only checked free, not held, so two picks (an
+# agent's Kafka and HTTP ports, say) could otherwise return the same one.
+_HANDED_OUT: set[int] = set()
+
+
 def pick_free_port() -> int:
-    """A port that is free right now (checked by binding it).
+    """A port that is free right now (checked by binding it) and not handed out before by this
+    process.
 
     Preferably one *below* the kernel's ephemeral range: while an agent is
     down for a restart, clients keep reconnecting to its port, and a connect
@@ -82,11 +88,14 @@ def pick_free_port() -> int:
     if lo > 12000:
         for _ in range(50):
             port = random.randrange(10000, lo - 1)
+            if port in _HANDED_OUT:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
+                _HANDED_OUT.add(port)
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
