@@ -6,12 +6,14 @@
 //! groups are needed. See `docs/benchmarks.md` for how the numbers in the docs were produced.
 
 pub mod agent;
+mod backlog;
+mod consume;
 pub mod report;
 pub mod run;
 pub mod svg;
 pub mod workload;
 
 pub use agent::{count_objects, SpawnedAgent};
-pub use report::{Latency, Report, StorageCounts};
+pub use report::{CatchUp, Latency, Report, StorageCounts};
 pub use run::{run, Options, Outcome};
 pub use workload::Workload;

@@ -56,8 +56,31 @@ pub struct AgentUsage {
     pub cpu_seconds: f64,
     /// `cpu_seconds` per MiB acknowledged in the window.
     pub cpu_seconds_per_mib: f64,
+    /// `cpu_seconds` per MiB read by the consumers in the window (all of the agent's CPU: a
+    /// per-MiB cost of reading only in a window without producing, as a backlog run that
+    /// stops its producers measures).
+    #[serde(default)]
+    pub cpu_seconds_per_mib_consumed: f64,
     /// VmHWM at the end of the run.
     pub peak_rss_mib: f64,
+}
+
+/// How a backlog run's consumers read their backlog (`consumerBacklogSizeGB`).
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct CatchUp {
+    /// Messages and bytes acknowledged when the consumers started, over all subscriptions.
+    pub backlog_messages: u64,
+    pub backlog_bytes: u64,
+    /// Whether the producers kept producing while the consumers read the backlog.
+    pub producing: bool,
+    /// Seconds from the consumers' start until they had read the backlog; `None`: not in the run.
+    pub seconds: Option<f64>,
+    /// MiB/s read by the consumers over those seconds.
+    pub rate_mib: Option<f64>,
+    /// Messages acknowledged but not yet read at the end of the window (all subscriptions):
+    /// with producers still producing, a consumer that read the backlog may still be behind.
+    #[serde(default)]
+    pub behind_at_end: u64,
 }
 
 /// Objects in the agent's local bucket after the run: each file is one PUT.
@@ -219,6 +242,9 @@ pub struct Report {
     /// From the agent's counters (spawned agents only).
     #[serde(default)]
     pub storage: Option<StorageCounts>,
+    /// A backlog run's catch-up.
+    #[serde(default)]
+    pub catch_up: Option<CatchUp>,
 }
 
 impl Report {
@@ -274,11 +300,38 @@ impl Report {
             self.client_cpu_seconds,
             self.client_cpu_seconds / self.duration_seconds.max(1e-9)
         );
+        if let Some(c) = &self.catch_up {
+            let backlog = c.backlog_bytes as f64 / 1048576.0;
+            let producers = if c.producing {
+                "producers kept producing"
+            } else {
+                "producers stopped"
+            };
+            match (c.seconds, c.rate_mib) {
+                (Some(seconds), Some(rate)) => {
+                    let _ = writeln!(
+                        out,
+                        "catch-up {backlog:.1} MiB backlog read in {seconds:.1} s: {rate:.2} MiB/s ({producers}; {} messages behind at the end)",
+                        c.behind_at_end
+                    );
+                }
+                _ => {
+                    let _ = writeln!(
+                        out,
+                        "catch-up {backlog:.1} MiB backlog not read within the run ({producers})"
+                    );
+                }
+            }
+        }
         if let Some(a) = &self.agent {
             let _ = writeln!(
                 out,
-                "agent pid {}: {:.2} CPU s in window, {:.4} CPU s/MiB, peak RSS {:.1} MiB",
-                a.pid, a.cpu_seconds, a.cpu_seconds_per_mib, a.peak_rss_mib
+                "agent pid {}: {:.2} CPU s in window, {:.4} CPU s/MiB produced, {:.4} CPU s/MiB consumed, peak RSS {:.1} MiB",
+                a.pid,
+                a.cpu_seconds,
+                a.cpu_seconds_per_mib,
+                a.cpu_seconds_per_mib_consumed,
+                a.peak_rss_mib
             );
         }
         if let Some(o) = &self.objects {

@@ -3,21 +3,21 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
 
 use crate::agent;
-use crate::report::{self, AgentUsage, Latency, Report};
+use crate::backlog::{build_backlog, CatchUpRun, CATCH_UP_POLL};
+use crate::consume::{self, unix_micros};
+use crate::report::{self, AgentUsage, CatchUp, Latency, Report};
 use crate::workload::Workload;
 
 /// How to run a workload.
@@ -72,51 +72,43 @@ pub struct Outcome {
 }
 
 /// Whole-run and since-last-progress histograms of one client.
-struct Hists {
+pub(crate) struct Hists {
     total: Histogram<u64>,
     interval: Histogram<u64>,
 }
 
 impl Hists {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Hists {
             total: report::new_histogram(),
             interval: report::new_histogram(),
         }
     }
-    fn record(&mut self, us: u64) {
+    pub(crate) fn record(&mut self, us: u64) {
         report::record(&mut self.total, us);
         report::record(&mut self.interval, us);
     }
 }
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
     sent: AtomicU64,
-    acked: AtomicU64,
-    acked_bytes: AtomicU64,
-    consumed: AtomicU64,
-    consumed_bytes: AtomicU64,
-    errors: AtomicU64,
+    pub(crate) acked: AtomicU64,
+    pub(crate) acked_bytes: AtomicU64,
+    pub(crate) consumed: AtomicU64,
+    pub(crate) consumed_bytes: AtomicU64,
+    pub(crate) errors: AtomicU64,
     error_samples: Mutex<Vec<String>>,
 }
 
 impl Counters {
-    fn error(&self, message: String) {
+    pub(crate) fn error(&self, message: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut samples = self.error_samples.lock().expect("error samples");
         if samples.len() < 5 {
             samples.push(message);
         }
     }
-}
-
-/// Microseconds since the UNIX epoch: the timestamp written into each payload.
-fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 struct ProducerStats {
@@ -222,65 +214,16 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let stop_consumers = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();
 
-    // Consumers: every subscription reads every partition of every topic; the consumers of one
-    // subscription split the partitions round-robin.
-    let mut consumer_stats = Vec::new();
-    let mut consumer_threads = Vec::new();
-    for subscription in 0..workload.subscriptions_per_topic {
-        for index in 0..workload.consumer_per_subscription {
-            let mut assignment = TopicPartitionList::new();
-            for topic in &topics {
-                for p in 0..partitions {
-                    if p as u32 % workload.consumer_per_subscription == index {
-                        assignment.add_partition_offset(topic, p, Offset::Beginning)?;
-                    }
-                }
-            }
-            if assignment.count() == 0 {
-                continue;
-            }
-            let mut config = ClientConfig::new();
-            config
-                .set("bootstrap.servers", &opts.bootstrap)
-                .set("group.id", format!("weir-bench-{run_id}-{subscription}"))
-                .set("enable.auto.commit", "false")
-                .set("enable.auto.offset.store", "false")
-                .set("fetch.wait.max.ms", "100");
-            for (k, v) in &opts.consumer_config {
-                config.set(k, v);
-            }
-            let consumer: BaseConsumer = config.create().context("consumer")?;
-            consumer.assign(&assignment).context("assign")?;
-            let hists = Arc::new(Mutex::new(Hists::new()));
-            consumer_stats.push(hists.clone());
-            let counters = counters.clone();
-            let stop = stop_consumers.clone();
-            consumer_threads.push(std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match consumer.poll(Duration::from_millis(100)) {
-                        None => {}
-                        Some(Ok(message)) => {
-                            let now = unix_micros();
-                            let payload = message.payload().unwrap_or_default();
-                            counters.consumed.fetch_add(1, Ordering::Relaxed);
-                            counters
-                                .consumed_bytes
-                                .fetch_add(payload.len() as u64, Ordering::Relaxed);
-                            if payload.len() >= 8 {
-                                let sent =
-                                    u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
-                                hists
-                                    .lock()
-                                    .expect("consumer histograms")
-                                    .record(now.saturating_sub(sent));
-                            }
-                        }
-                        Some(Err(error)) => counters.error(format!("consume: {error}")),
-                    }
-                }
-            }));
-        }
-    }
+    // Consumers read every partition of every topic from the beginning. In a backlog run they
+    // start only once the producers have built the backlog.
+    let planned = consume::plan(workload, &topics, &run_id)?;
+    let consumer_stats: Vec<_> = planned.iter().map(|c| c.hists.clone()).collect();
+    let backlog_target = workload.backlog_bytes();
+    let mut consumer_threads = if backlog_target == 0 {
+        consume::start(&planned, opts, &counters, &stop_consumers)?
+    } else {
+        Vec::new()
+    };
 
     // Producers: one client (one connection per broker) each, paced to its share of the rate.
     let producer_count = (workload.topics * workload.producers_per_topic) as usize;
@@ -290,7 +233,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         0.0
     };
     let mut producer_stats = Vec::new();
-    let mut producer_threads = Vec::new();
+    let mut producer_threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
     for (t, topic) in topics.iter().enumerate() {
         for index in 0..workload.producers_per_topic {
             let hists = Arc::new(Mutex::new(Hists::new()));
@@ -404,15 +347,35 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     };
     let clone_total = |h: &mut Hists| h.total.clone();
 
+    // A backlog run builds its backlog with no consumer reading, then starts the consumers
+    // from the beginning (reading from the bucket once the backlog outgrows the agent's cache)
+    // and times how long they take to read what was acknowledged by then. The backlog stands in
+    // for the warm-up: the window starts with the consumers.
+    let mut catch_up = None;
+    let mut warmup = warmup;
+    if backlog_target > 0 {
+        build_backlog(&counters, backlog_target, opts.progress_interval)?;
+        if workload.stop_producers_at_backlog {
+            stop_producers.store(true, Ordering::Relaxed);
+            for thread in producer_threads.drain(..) {
+                let _ = thread.join();
+            }
+        }
+        let subscriptions = u64::from(workload.subscriptions_per_topic);
+        catch_up = Some(CatchUpRun {
+            messages: counters.acked.load(Ordering::Relaxed) * subscriptions,
+            bytes: counters.acked_bytes.load(Ordering::Relaxed) * subscriptions,
+            started: Instant::now(),
+            done: None,
+        });
+        consumer_threads = consume::start(&planned, opts, &counters, &stop_consumers)?;
+        warmup = Duration::ZERO;
+    }
+
     let started = Instant::now();
     let warmup_end = started + warmup;
     let end = warmup_end + duration;
     let mut measuring = warmup.is_zero();
-    let mut window_start = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
-    let mut client_cpu_start = agent::cpu_seconds(std::process::id()).unwrap_or(0.0);
-    let mut window_started_at = started;
-    let mut last = (started, 0u64, 0u64, 0u64);
     let snapshot = |c: &Counters| {
         (
             c.sent.load(Ordering::Relaxed),
@@ -422,8 +385,29 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             c.consumed_bytes.load(Ordering::Relaxed),
         )
     };
+    // Counted from here: a backlog run acknowledged its backlog before the window.
+    let mut window_start = snapshot(&counters);
+    let mut cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
+    let mut client_cpu_start = agent::cpu_seconds(std::process::id()).unwrap_or(0.0);
+    let mut window_started_at = started;
+    let mut last = (started, window_start.1, window_start.2, window_start.3);
     loop {
         let now = Instant::now();
+        if let Some(run) = catch_up.as_mut().filter(|run| run.done.is_none()) {
+            if counters.consumed.load(Ordering::Relaxed) >= run.messages {
+                let read = counters.consumed_bytes.load(Ordering::Relaxed);
+                run.done = Some((now - run.started, read));
+                eprintln!(
+                    "backlog read: {:.1} MiB in {:.1} s",
+                    read as f64 / 1048576.0,
+                    (now - run.started).as_secs_f64()
+                );
+                if workload.stop_producers_at_backlog {
+                    // Nothing more to read: the window is the catch-up.
+                    break;
+                }
+            }
+        }
         if !measuring && now >= warmup_end {
             merged(&reset_total);
             window_start = snapshot(&counters);
@@ -441,6 +425,9 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         }
         if !opts.progress_interval.is_zero() {
             next = next.min(last.0 + opts.progress_interval);
+        }
+        if catch_up.as_ref().is_some_and(|run| run.done.is_none()) {
+            next = next.min(now + CATCH_UP_POLL);
         }
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let now = Instant::now();
@@ -506,6 +493,11 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             } else {
                 0.0
             },
+            cpu_seconds_per_mib_consumed: if consumed_bytes > 0 {
+                (b - a) / mib(consumed_bytes)
+            } else {
+                0.0
+            },
             peak_rss_mib: agent::peak_rss_mib(pid).unwrap_or(0.0),
         }),
         _ => None,
@@ -542,6 +534,17 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         agent,
         objects,
         storage: None,
+        catch_up: catch_up.map(|run| CatchUp {
+            backlog_messages: run.messages,
+            backlog_bytes: run.bytes,
+            producing: !workload.stop_producers_at_backlog,
+            seconds: run.done.map(|(took, _)| took.as_secs_f64()),
+            rate_mib: run
+                .done
+                .map(|(took, read)| mib(read) / took.as_secs_f64().max(1e-9)),
+            behind_at_end: (window_end.1 * u64::from(workload.subscriptions_per_topic))
+                .saturating_sub(window_end.3),
+        }),
     };
     Ok(Outcome {
         report,

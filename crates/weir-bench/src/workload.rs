@@ -4,8 +4,8 @@
 //! `payloadFile`, `randomBytesRatio`, `producersPerTopic`, `subscriptionsPerTopic`,
 //! `consumerPerSubscription`, `producerRate`, `testDurationMinutes`, `warmupDurationMinutes`), so
 //! one file runs under both OMB and `weir bench`. Weir adds `testDurationSeconds` and
-//! `warmupDurationSeconds`, which win over the minute keys. OMB keys `weir bench` does not act on
-//! (e.g. `consumerBacklogSizeGB`, `keyDistributor`) are accepted and ignored.
+//! `warmupDurationSeconds`, which win over the minute keys, and `stopProducersAtBacklog`. OMB keys
+//! `weir bench` does not act on (e.g. `keyDistributor`) are accepted and ignored.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -46,6 +46,15 @@ pub struct Workload {
     /// Messages per second over all producers; 0 or less: as fast as possible.
     #[serde(default)]
     pub producer_rate: f64,
+    /// Backlog to build before any consumer reads, in GiB (OMB's key; 0: consumers read from
+    /// the start). The consumers then read it from the beginning while the report times the
+    /// catch-up; the backlog replaces the warm-up.
+    #[serde(default, rename = "consumerBacklogSizeGB")]
+    pub consumer_backlog_size_gb: f64,
+    /// Weir extension: producers stop once the backlog is built, so the window measures reading
+    /// alone (OMB keeps producing, the default).
+    #[serde(default)]
+    pub stop_producers_at_backlog: bool,
     /// Measured duration in minutes.
     #[serde(default = "one_f")]
     pub test_duration_minutes: f64,
@@ -107,10 +116,18 @@ impl Workload {
         if self.payload_file.is_none() && self.message_size == 0 {
             bail!("messageSize must be at least 1");
         }
+        if !self.consumer_backlog_size_gb.is_finite() || self.consumer_backlog_size_gb < 0.0 {
+            bail!("consumerBacklogSizeGB must be a size in GiB, 0 or more");
+        }
         if self.test_duration().is_zero() {
             bail!("the test duration must be positive");
         }
         Ok(())
+    }
+
+    /// Backlog to build before the consumers start, in bytes (0: none).
+    pub fn backlog_bytes(&self) -> u64 {
+        (self.consumer_backlog_size_gb.max(0.0) * (1u64 << 30) as f64) as u64
     }
 
     /// Measured duration.
@@ -167,7 +184,8 @@ subscriptionsPerTopic: 1
 consumerPerSubscription: 2
 producersPerTopic: 1
 producerRate: 50000
-consumerBacklogSizeGB: 0
+consumerBacklogSizeGB: 0.5
+keyDistributor: "NO_KEY"
 testDurationMinutes: 15
 warmupDurationMinutes: 1
 "#;
@@ -176,7 +194,9 @@ warmupDurationMinutes: 1
         assert_eq!(w.consumer_per_subscription, 2);
         assert_eq!(w.test_duration(), Duration::from_secs(900));
         assert_eq!(w.warmup_duration(), Duration::from_secs(60));
-        assert!(w.ignored.contains_key("consumerBacklogSizeGB"));
+        assert_eq!(w.backlog_bytes(), 512 << 20);
+        assert!(!w.stop_producers_at_backlog);
+        assert!(w.ignored.contains_key("keyDistributor"));
         let payload = w.payload().unwrap();
         assert_eq!(payload.len(), 1024);
         assert!(payload[512..].iter().all(|b| *b == 0));
@@ -194,6 +214,7 @@ warmupDurationMinutes: 1
         assert_eq!(w.warmup_duration(), Duration::ZERO);
         assert!(Workload::from_yaml("name: x\nrandomBytesRatio: 2\n", None).is_err());
         assert!(Workload::from_yaml("name: x\ntopics: 0\n", None).is_err());
+        assert!(Workload::from_yaml("name: x\nconsumerBacklogSizeGB: -1\n", None).is_err());
         assert!(
             Workload::from_yaml("topics: 1\n", None).is_err(),
             "name is required"
