@@ -4,6 +4,8 @@
 //! It never returns data at or above the stable high watermark, nor below the log start offset
 //! (FET-1). Long-polling lives with the caller, woken by [`weir_control::ControlPlane::subscribe`].
 
+mod inflight;
+mod readahead;
 mod reader;
 
 pub use reader::{FetchError, FetchReader, PartitionData, ReadPlan, LEADER_EPOCH};

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::future::{self, Either};
+use futures::future::{self, Either, FutureExt};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use tokio::time::Instant;
@@ -11,6 +11,9 @@ use weir_common::{FileId, Tier, TopicId};
 use weir_control::{ControlPlane, IndexEntry};
 use weir_protocol::batch::{rewrite_offsets, BatchHeader};
 use weir_storage::{keys, QuorumWriter, ReadCache};
+
+use crate::inflight::{InFlight, Joined};
+use crate::readahead::ReadAhead;
 
 /// Storage reads one partition's fetch runs at once (different files of its plan).
 pub(crate) const MAX_CONCURRENT_READS: usize = 8;
@@ -43,6 +46,8 @@ pub(crate) const DEFAULT_PLAN_TTL: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
     planned_at: Instant,
+    topic_id: TopicId,
+    partition: i32,
     /// The offset asked for: batches wholly below it are left out of the read.
     offset: i64,
     /// The byte budget asked for, applied batch by batch inside run entries.
@@ -55,7 +60,7 @@ pub struct ReadPlan {
 
 /// Where a planned batch's file is: its tier and its holders' positions in the tier's buckets.
 #[derive(Debug, Clone, Default)]
-struct Location {
+pub(crate) struct Location {
     tier: Tier,
     holders: Vec<u8>,
 }
@@ -96,6 +101,8 @@ pub struct FetchReader {
     regional: Option<Arc<QuorumWriter>>,
     cache: Arc<ReadCache>,
     plan_ttl: Duration,
+    inflight: Arc<InFlight>,
+    read_ahead: Option<Arc<ReadAhead>>,
 }
 
 impl FetchReader {
@@ -106,7 +113,17 @@ impl FetchReader {
             regional: None,
             cache,
             plan_ttl: DEFAULT_PLAN_TTL,
+            inflight: Arc::default(),
+            read_ahead: None,
         }
+    }
+
+    /// Reads up to `window_bytes` of each partition ahead of a consumer behind the tip into the
+    /// cache (see [`crate::readahead`]); 0, or a cache that holds nothing, turns it off.
+    pub fn with_read_ahead(mut self, window_bytes: u64) -> Self {
+        self.read_ahead = (window_bytes > 0 && self.cache.stats().capacity_bytes > 0)
+            .then(|| Arc::new(ReadAhead::new(window_bytes)));
+        self
     }
 
     /// Reads compacted files from `regional` (the regional tier's buckets, in holder order).
@@ -131,6 +148,7 @@ impl FetchReader {
         at_least_one: bool,
     ) -> Result<ReadPlan, FetchError> {
         self.control.read(|state| {
+            let partition_index = partition;
             let Some(partition) = state.partition(topic_id, partition) else {
                 return Err(FetchError::UnknownTopicOrPartition);
             };
@@ -143,33 +161,11 @@ impl FetchReader {
                     high_watermark,
                 });
             }
-            let first = partition
-                .index
-                .partition_point(|entry| entry.last_offset < offset);
-            let mut entries = Vec::new();
-            let mut bytes = 0usize;
-            for entry in partition.index.iter_from(first) {
-                if entry.base_offset >= high_watermark {
-                    break;
-                }
-                let fits = bytes + entry.len as usize <= max_bytes;
-                let must_take_first = at_least_one && entries.is_empty();
-                if !(fits || must_take_first) {
-                    break;
-                }
-                let location = state
-                    .files
-                    .get(&entry.file_id)
-                    .map(|meta| Location {
-                        tier: meta.tier,
-                        holders: meta.buckets.clone(),
-                    })
-                    .unwrap_or_default();
-                bytes += entry.len as usize;
-                entries.push((*entry, location));
-            }
+            let entries = planned_entries(state, partition, offset, max_bytes, at_least_one);
             Ok(ReadPlan {
                 planned_at: Instant::now(),
+                topic_id: *topic_id,
+                partition: partition_index,
                 offset,
                 max_bytes,
                 at_least_one,
@@ -189,6 +185,8 @@ impl FetchReader {
         if age > self.plan_ttl {
             return Err(FetchError::PlanExpired(age));
         }
+        // Before this plan's own reads, so the next window loads while they are in flight.
+        self.read_ahead_of(&plan);
         // Pieces in plan order: a cached batch, or a range of one file covering `count` entries.
         enum Piece<'a> {
             Cached(Bytes),
@@ -212,14 +210,7 @@ impl FetchReader {
                 index += 1;
                 continue;
             }
-            let mut end = index + 1;
-            while end < plan.entries.len()
-                && plan.entries[end].0.file_id == first.file_id
-                && plan.entries[end].0.byte_offset
-                    == plan.entries[end - 1].0.byte_offset + u64::from(plan.entries[end - 1].0.len)
-            {
-                end += 1;
-            }
+            let end = contiguous_run(&plan.entries, index);
             let last = &plan.entries[end - 1].0;
             pieces.push(Piece::Stored {
                 first,
@@ -274,7 +265,10 @@ impl FetchReader {
         })
     }
 
-    async fn read_range(
+    /// A range of a file: from the cache, from a read in flight that covers it, or from its
+    /// holders (then cached). The GET runs as a shared future, so readers arriving meanwhile
+    /// wait for it rather than send their own.
+    pub(crate) async fn read_range(
         &self,
         file_id: FileId,
         location: &Location,
@@ -285,21 +279,159 @@ impl FetchReader {
             return Ok(bytes);
         }
         let buckets = match location.tier {
-            Tier::Ingest => &self.buckets,
-            Tier::Regional => self.regional.as_ref().ok_or_else(|| {
+            Tier::Ingest => self.buckets.clone(),
+            Tier::Regional => self.regional.clone().ok_or_else(|| {
                 FetchError::Storage(format!(
                     "{key} is a compacted file and no compacted bucket is configured"
                 ))
             })?,
         };
         let holders: Vec<usize> = location.holders.iter().map(|h| *h as usize).collect();
-        let bytes = buckets
-            .get_range(&holders, &key, range.clone())
-            .await
-            .map_err(|err| FetchError::Storage(err.to_string()))?;
-        self.cache.insert_range(&key, range, bytes.clone());
-        Ok(bytes)
+        let start = || {
+            let (cache, key, range) = (self.cache.clone(), key.clone(), range.clone());
+            async move {
+                let bytes = buckets
+                    .get_range(&holders, &key, range.clone())
+                    .await
+                    .map_err(|err| FetchError::Storage(err.to_string()))?;
+                // Cached before the read leaves the registry: a reader that misses it there
+                // finds it here.
+                cache.insert_range(&key, range, bytes.clone());
+                Ok(bytes)
+            }
+            .boxed()
+        };
+        match self.inflight.join_or_start(&key, range.clone(), start) {
+            Joined::Shared(read) => read.await,
+            Joined::Started(read, registration) => {
+                let bytes = read.await;
+                drop(registration);
+                bytes
+            }
+        }
     }
+
+    /// Starts reading the partition's next window into the cache when `plan` is behind the
+    /// tip and has used up half of the window read ahead before (see [`crate::readahead`]).
+    fn read_ahead_of(&self, plan: &ReadPlan) {
+        let Some(read_ahead) = &self.read_ahead else {
+            return;
+        };
+        let Some((last, _)) = plan.entries.last() else {
+            return;
+        };
+        let end = last.last_offset + 1;
+        if end >= plan.high_watermark {
+            return; // At the tip: the produce path caches what comes next.
+        }
+        let key = (plan.topic_id, plan.partition);
+        let Some(start) = read_ahead.claim(key, end) else {
+            return;
+        };
+        let window = read_ahead.window_bytes();
+        let entries = self
+            .control
+            .read(|state| {
+                let partition = state.partition(&plan.topic_id, plan.partition)?;
+                Some(planned_entries(state, partition, end, window, false))
+            })
+            .unwrap_or_default();
+        let trigger = half_way(&entries, window);
+        let entries: Vec<_> = entries
+            .into_iter()
+            .filter(|(entry, _)| entry.base_offset >= start)
+            .collect();
+        let until = entries
+            .last()
+            .map_or(start, |(entry, _)| entry.last_offset + 1);
+        read_ahead.record(key, end, until, trigger.min(until));
+        let mut ranges = Vec::new();
+        let mut index = 0;
+        while index < entries.len() {
+            let next = contiguous_run(&entries, index);
+            let (first, location) = &entries[index];
+            let last = &entries[next - 1].0;
+            let range = first.byte_offset..last.byte_offset + u64::from(last.len);
+            if !self
+                .cache
+                .contains(&location.key(&first.file_id), range.clone())
+            {
+                ranges.push((first.file_id, location.clone(), range));
+            }
+            index = next;
+        }
+        if ranges.is_empty() {
+            return;
+        }
+        let reader = self.clone();
+        let read_ahead = read_ahead.clone();
+        tokio::spawn(async move { read_ahead.load(&reader, ranges).await });
+    }
+}
+
+/// The index entries from `offset` up to `max_bytes` below the stable high watermark, each
+/// with where its file is (at least one entry if `at_least_one`).
+fn planned_entries(
+    state: &weir_control::State,
+    partition: &weir_control::PartitionState,
+    offset: i64,
+    max_bytes: usize,
+    at_least_one: bool,
+) -> Vec<(IndexEntry, Location)> {
+    let first = partition
+        .index
+        .partition_point(|entry| entry.last_offset < offset);
+    let mut entries = Vec::new();
+    let mut bytes = 0usize;
+    for entry in partition.index.iter_from(first) {
+        if entry.base_offset >= partition.stable_high_watermark {
+            break;
+        }
+        let fits = bytes + entry.len as usize <= max_bytes;
+        let must_take_first = at_least_one && entries.is_empty();
+        if !(fits || must_take_first) {
+            break;
+        }
+        let location = state
+            .files
+            .get(&entry.file_id)
+            .map(|meta| Location {
+                tier: meta.tier,
+                holders: meta.buckets.clone(),
+            })
+            .unwrap_or_default();
+        bytes += entry.len as usize;
+        entries.push((*entry, location));
+    }
+    entries
+}
+
+/// The end of the run of entries from `index` that sit back to back in one file (one range).
+fn contiguous_run(entries: &[(IndexEntry, Location)], index: usize) -> usize {
+    let mut end = index + 1;
+    while end < entries.len()
+        && entries[end].0.file_id == entries[index].0.file_id
+        && entries[end].0.byte_offset
+            == entries[end - 1].0.byte_offset + u64::from(entries[end - 1].0.len)
+    {
+        end += 1;
+    }
+    end
+}
+
+/// The first offset of the entry where half of `window` bytes is reached: a fetch that gets
+/// there starts the next window. `i64::MAX` for no entries.
+fn half_way(entries: &[(IndexEntry, Location)], window: usize) -> i64 {
+    let mut bytes = 0usize;
+    for (entry, _) in entries {
+        bytes += entry.len as usize;
+        if bytes >= window / 2 {
+            return entry.base_offset;
+        }
+    }
+    entries
+        .last()
+        .map_or(i64::MAX, |(entry, _)| entry.base_offset)
 }
 
 /// Appends the batches of one index entry to `out`, each with its assigned base offset and the
@@ -356,253 +488,4 @@ fn append_entry(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    use async_trait::async_trait;
-    use futures::stream::BoxStream;
-    use object_store::memory::InMemory;
-    use object_store::{
-        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-        PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-    };
-    use weir_common::ManualClock;
-    use weir_control::ControlPlaneSettings;
-    use weir_produce::{
-        PartitionBatches, PartitionOutcome, ProducePipeline, ProduceSettings, ProduceTicket,
-    };
-    use weir_protocol::batch::{build_test_batch, split_and_validate, BatchHeader};
-    use weir_storage::{LatencyProfile, ModelStore, OpLatency};
-
-    use super::*;
-
-    /// Counts GETs: how many in all, and the most in flight at once.
-    #[derive(Debug)]
-    struct CountingStore {
-        inner: Arc<dyn ObjectStore>,
-        gets: AtomicUsize,
-        in_flight: AtomicUsize,
-        most_in_flight: AtomicUsize,
-    }
-
-    impl std::fmt::Display for CountingStore {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "CountingStore({})", self.inner)
-        }
-    }
-
-    #[async_trait]
-    impl ObjectStore for CountingStore {
-        async fn put_opts(
-            &self,
-            location: &Path,
-            payload: PutPayload,
-            opts: PutOptions,
-        ) -> object_store::Result<PutResult> {
-            self.inner.put_opts(location, payload, opts).await
-        }
-
-        async fn put_multipart_opts(
-            &self,
-            location: &Path,
-            opts: PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn MultipartUpload>> {
-            self.inner.put_multipart_opts(location, opts).await
-        }
-
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: GetOptions,
-        ) -> object_store::Result<GetResult> {
-            self.gets.fetch_add(1, Ordering::SeqCst);
-            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
-            let result = self.inner.get_opts(location, options).await;
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            result
-        }
-
-        fn delete_stream(
-            &self,
-            locations: BoxStream<'static, object_store::Result<Path>>,
-        ) -> BoxStream<'static, object_store::Result<Path>> {
-            self.inner.delete_stream(locations)
-        }
-
-        fn list(
-            &self,
-            prefix: Option<&Path>,
-        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-            self.inner.list(prefix)
-        }
-
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&Path>,
-        ) -> object_store::Result<ListResult> {
-            self.inner.list_with_delimiter(prefix).await
-        }
-
-        async fn copy_opts(
-            &self,
-            from: &Path,
-            to: &Path,
-            options: CopyOptions,
-        ) -> object_store::Result<()> {
-            self.inner.copy_opts(from, to, options).await
-        }
-
-        async fn rename_opts(
-            &self,
-            from: &Path,
-            to: &Path,
-            options: RenameOptions,
-        ) -> object_store::Result<()> {
-            self.inner.rename_opts(from, to, options).await
-        }
-    }
-
-    /// A partition over one bucket (GETs take 100 ms of the paused clock, counted by the returned
-    /// store), filled with one committed ticket per entry of `tickets`, each a list of batch
-    /// timestamps. `max_file_bytes` 1 makes every ticket its own file.
-    async fn partition_with(
-        tickets: &[Vec<i64>],
-        max_file_bytes: usize,
-        cache_bytes: usize,
-    ) -> (FetchReader, TopicId, Arc<CountingStore>, Arc<ModelStore>) {
-        let mut profile = LatencyProfile::local();
-        profile.name = "get-100ms".into();
-        profile.get = OpLatency::millis(100, 100);
-        let model = Arc::new(ModelStore::new(Arc::new(InMemory::new()), profile, 1).unwrap());
-        // Outside the model, so a GET counts as in flight for its whole modelled latency.
-        let counting = Arc::new(CountingStore {
-            inner: model.clone(),
-            gets: AtomicUsize::new(0),
-            in_flight: AtomicUsize::new(0),
-            most_in_flight: AtomicUsize::new(0),
-        });
-        let bucket: Arc<dyn ObjectStore> = counting.clone();
-        let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
-        let control = ControlPlane::open(
-            Arc::new(InMemory::new()),
-            ControlPlaneSettings::default(),
-            1,
-        )
-        .await
-        .unwrap();
-        let topic = control
-            .create_topic("t", 1, BTreeMap::new(), 1)
-            .await
-            .unwrap();
-        let cache = Arc::new(ReadCache::new(cache_bytes));
-        let pipeline = ProducePipeline::start(
-            ProduceSettings {
-                max_file_bytes,
-                ..ProduceSettings::default()
-            },
-            writer.clone(),
-            control.clone(),
-            cache.clone(),
-            Arc::new(ManualClock::new(1_700_000_000_000)),
-            1,
-        );
-        let submitted: Vec<_> = tickets
-            .iter()
-            .map(|timestamps| ProduceTicket {
-                partitions: vec![PartitionBatches {
-                    topic_id: topic,
-                    partition: 0,
-                    batches: timestamps
-                        .iter()
-                        .flat_map(|ts| {
-                            split_and_validate(&build_test_batch(2, *ts, (-1, -1, -1))).unwrap()
-                        })
-                        .collect(),
-                }],
-            })
-            .collect();
-        for ticket in submitted {
-            let outcome = pipeline.submit(ticket).await.await;
-            assert!(matches!(outcome[0], PartitionOutcome::Committed { .. }));
-        }
-        (
-            FetchReader::new(control, writer, cache),
-            topic,
-            counting,
-            model,
-        )
-    }
-
-    /// Batches of a fetch result in order: (base offset, first timestamp).
-    fn batches_of(data: &PartitionData) -> Vec<(i64, i64)> {
-        let mut position = 0;
-        let mut out = Vec::new();
-        while position < data.records.len() {
-            let header = BatchHeader::parse(&data.records[position..]).unwrap();
-            out.push((header.base_offset, header.first_timestamp));
-            position += header.total_len();
-        }
-        out
-    }
-
-    /// A plan over several cold files reads them concurrently: every file's GET is in flight at
-    /// the same time (counted at the store, not timed), and every batch still comes back in
-    /// offset order with its offset rewritten.
-    #[tokio::test(start_paused = true)]
-    async fn test_read_fetches_cold_files_concurrently_in_order() {
-        let files = 6;
-        let tickets: Vec<Vec<i64>> = (0..files).map(|i| vec![1_000 + i]).collect();
-        // A cache too small for any batch: every read goes to storage.
-        let (reader, topic, store, _) = partition_with(&tickets, 1, 0).await;
-        let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
-        assert_eq!(plan.entries.len(), files as usize);
-        let gets_before = store.gets.load(Ordering::SeqCst);
-        let data = reader.read(plan).await.unwrap();
-        assert_eq!(
-            store.gets.load(Ordering::SeqCst) - gets_before,
-            files as usize
-        );
-        assert_eq!(
-            store.most_in_flight.load(Ordering::SeqCst),
-            files as usize,
-            "the cold files were not all read at once"
-        );
-        let expected: Vec<(i64, i64)> = (0..files).map(|i| (2 * i, 1_000 + i)).collect();
-        assert_eq!(batches_of(&data), expected);
-    }
-
-    /// Batches produced together share a file and sit next to each other, and the produce path
-    /// caches each batch as its own range. A fetch of all of them must be served from those
-    /// per-batch cache entries (not coalesced into one file range the cache never holds): with
-    /// the bucket down, it still succeeds, and no GET reaches the store.
-    #[tokio::test(start_paused = true)]
-    async fn test_read_serves_adjacent_batches_of_one_file_from_the_cache() {
-        let tickets = vec![vec![1_000, 1_001, 1_002, 1_003]];
-        let (reader, topic, store, bucket) =
-            partition_with(&tickets, 1 << 20, 64 * 1024 * 1024).await;
-        let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
-        assert_eq!(plan.entries.len(), 4);
-        let files: std::collections::BTreeSet<_> =
-            plan.entries.iter().map(|(e, _)| e.file_id).collect();
-        assert_eq!(
-            files.len(),
-            1,
-            "the batches must share one file to be coalescible"
-        );
-        bucket.set_outage(true);
-        let gets_before = store.gets.load(Ordering::SeqCst);
-        let data = reader.read(plan).await.expect("served from the cache");
-        assert_eq!(
-            store.gets.load(Ordering::SeqCst),
-            gets_before,
-            "a GET went to storage"
-        );
-        assert_eq!(
-            batches_of(&data),
-            vec![(0, 1_000), (2, 1_001), (4, 1_002), (6, 1_003)]
-        );
-    }
-}
+mod tests;

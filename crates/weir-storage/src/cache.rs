@@ -67,6 +67,20 @@ struct Inner {
 }
 
 impl Inner {
+    /// The cached entry of `path` that covers `range`, if any.
+    fn covering<'a>(inner: &'a Inner, path: &Path, range: &Range<u64>) -> Option<(Span, &'a Slot)> {
+        if range.start > range.end {
+            return None;
+        }
+        inner.objects.get(path).and_then(|ranges| {
+            ranges
+                .range(..=(range.start, u64::MAX))
+                .rev()
+                .find(|((_, end), _)| *end >= range.end)
+                .map(|(&span, slot)| (span, slot))
+        })
+    }
+
     fn bump(&mut self) -> u64 {
         self.next_generation += 1;
         self.next_generation
@@ -170,20 +184,17 @@ impl ReadCache {
             .insert(path, (range.start, range.end), bytes, self.capacity);
     }
 
+    /// Whether a cached range covers `range` of `path`, without counting a lookup or making
+    /// the entry recent (read-ahead deciding what to load).
+    pub fn contains(&self, path: &Path, range: Range<u64>) -> bool {
+        Inner::covering(&self.lock(), path, &range).is_some()
+    }
+
     /// The bytes of `range` of `path`, if a cached range covers it.
     pub fn get(&self, path: &Path, range: Range<u64>) -> Option<Bytes> {
         let mut inner = self.lock();
-        let found = if range.start <= range.end {
-            inner.objects.get(path).and_then(|ranges| {
-                ranges
-                    .range(..=(range.start, u64::MAX))
-                    .rev()
-                    .find(|((_, end), _)| *end >= range.end)
-                    .map(|(&span, slot)| (span, slot.generation, slot.bytes.clone()))
-            })
-        } else {
-            None
-        };
+        let found = Inner::covering(&inner, path, &range)
+            .map(|(span, slot)| (span, slot.generation, slot.bytes.clone()));
         let Some((span, old_generation, bytes)) = found else {
             inner.misses += 1;
             return None;

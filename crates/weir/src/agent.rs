@@ -19,6 +19,10 @@ use crate::buckets::Buckets;
 use crate::config::{Config, IngestWriteMode};
 use crate::AgentArgs;
 
+/// Read-ahead windows are capped at this fraction of the read cache, so the windows of several
+/// lagging partitions fit in it together.
+const READ_AHEAD_CACHE_SHARE: u64 = 16;
+
 /// Config file, then environment, then flags.
 pub(crate) fn resolve_config(args: &AgentArgs) -> anyhow::Result<Config> {
     let mut config = Config::load(args.config.as_deref(), std::env::vars())?;
@@ -226,8 +230,13 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         Some(bucket) => Some(Arc::new(QuorumWriter::new(vec![bucket.store.clone()], 1)?)),
         None => None,
     };
+    let read_ahead = config
+        .storage
+        .read_ahead_bytes
+        .min(config.storage.cache_bytes as u64 / READ_AHEAD_CACHE_SHARE);
     let mut fetch = FetchReader::new(control.clone(), writer.clone(), cache)
-        .with_plan_ttl(config.gc.fetch_plan_ttl);
+        .with_plan_ttl(config.gc.fetch_plan_ttl)
+        .with_read_ahead(read_ahead);
     if let Some(regional) = &regional_reader {
         fetch = fetch.with_regional(regional.clone());
     }

@@ -121,6 +121,9 @@ pub(crate) struct StorageConfig {
     #[serde(with = "humantime_serde")]
     pub(crate) backoff_max: Duration,
     pub(crate) cache_bytes: usize,
+    /// Bytes of a lagging partition read ahead into the cache (0: off); capped at a sixteenth
+    /// of `cache_bytes`.
+    pub(crate) read_ahead_bytes: u64,
     /// Options for every cloud bucket (object_store config keys).
     pub(crate) options: BTreeMap<String, String>,
     /// Options of one bucket, keyed by its URL without query string.

@@ -8,6 +8,9 @@ use weir_storage::pool::WriterPool;
 use super::*;
 use crate::gate::GateAppendable;
 
+/// Read-ahead window of a simulated agent: a sixteenth of its 1 MiB read cache, as the agent caps it.
+const SIM_READ_AHEAD_BYTES: u64 = 64 * 1024;
+
 impl World {
     pub(super) fn ensure_incarnation(&mut self) {
         if let Some(cluster) = self.scenario.cluster {
@@ -134,8 +137,11 @@ impl World {
         } else {
             cache
         };
+        // Read-ahead as the agent runs it, scaled to the 1 MiB cache (a sixteenth of it): a
+        // consumer behind the tip reads through shared in-flight reads and read-ahead loads.
         let mut fetch = FetchReader::new(control.clone(), reader.clone(), fetch_cache)
-            .with_plan_ttl(self.scenario.gc.plan_ttl);
+            .with_plan_ttl(self.scenario.gc.plan_ttl)
+            .with_read_ahead(SIM_READ_AHEAD_BYTES);
         let regional: Vec<Arc<dyn ObjectStore>> =
             self.regional_store(number, &halted).into_iter().collect();
         if let Some(store) = regional.first() {
