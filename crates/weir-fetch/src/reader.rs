@@ -18,6 +18,10 @@ use crate::readahead::ReadAhead;
 /// Storage reads one partition's fetch runs at once (different files of its plan).
 pub(crate) const MAX_CONCURRENT_READS: usize = 8;
 
+/// Bytes at the start of a batch that a fetch rewrites (`baseOffset`, `batchLength`,
+/// `partitionLeaderEpoch`).
+const REWRITTEN_PREFIX: usize = 16;
+
 /// Leader epoch Weir reports: there is one logical leader per partition and it never changes.
 pub const LEADER_EPOCH: i32 = 0;
 
@@ -81,6 +85,11 @@ impl ReadPlan {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The base offsets of the planned index entries, in order.
+    pub fn base_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        self.entries.iter().map(|(entry, _)| entry.base_offset)
     }
 }
 
@@ -446,6 +455,16 @@ fn append_entry(
     entry: &IndexEntry,
     plan: &ReadPlan,
 ) -> Result<(), FetchError> {
+    if bytes.len() < REWRITTEN_PREFIX {
+        // Too short to hold the fields a fetch rewrites: a damaged object or a short read.
+        return Err(FetchError::Storage(format!(
+            "batch {}..={} of {}: {} bytes, shorter than a batch header",
+            entry.base_offset,
+            entry.last_offset,
+            entry.file_id,
+            bytes.len()
+        )));
+    }
     let header = BatchHeader::parse(bytes).ok();
     if header.is_none_or(|h| h.total_len() >= bytes.len()) {
         // One batch (a header that does not parse is served as stored, as always).
@@ -464,7 +483,7 @@ fn append_entry(
     while !rest.is_empty() {
         let header = BatchHeader::parse(rest).map_err(|e| corrupt(e.to_string()))?;
         let (len, span) = (header.total_len(), header.offset_span());
-        if len > rest.len() || span < 1 {
+        if len < REWRITTEN_PREFIX || len > rest.len() || span < 1 {
             return Err(corrupt(format!(
                 "a batch of {len} bytes and {span} offsets"
             )));

@@ -22,7 +22,9 @@
 //! never past the high watermark, nothing below it served to a fetch planned after it moved) and
 //! GC-1 (every DELETE a gate saw was of a file the durable log of that moment released, or an
 //! orphan it never named below a durable sweep horizon;
-//! no fetch finds a file gone within its plan's TTL); on cluster seeds also CTL-3 (an epoch
+//! no fetch finds a file gone within its plan's TTL); on seeds with cold reads and read-ahead, a
+//! second reader of a partition, started at the same time one batch in, must get the bytes the
+//! first reader got from there (reads joining GETs in flight part-way in); on cluster seeds also CTL-3 (an epoch
 //! claimed over another agent's lease only after that lease stood still for the lease timeout)
 //! and, after healing, one leader with every member at the same durable position. After the
 //! fault phase everything heals and every idempotent batch must eventually be acknowledged,

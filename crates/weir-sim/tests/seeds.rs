@@ -44,7 +44,7 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Vec<SimReport> {
 fn test_sim_seeds_0_to_39_exercise_every_fault() {
     let reports = run_seeds(0..40);
     let total = |count: fn(&SimReport) -> u64| reports.iter().map(count).sum::<u64>();
-    let kinds: [(&str, u64); 26] = [
+    let kinds: [(&str, u64); 27] = [
         ("crashes", total(|r| r.crashes.into())),
         ("takeovers", total(|r| r.takeovers.into())),
         ("dead log slots", total(|r| r.dead_slots)),
@@ -74,6 +74,10 @@ fn test_sim_seeds_0_to_39_exercise_every_fault() {
         ),
         ("held fetch plans", total(|r| r.held_plans)),
         ("expired fetch plans", total(|r| r.expired_plans)),
+        (
+            "second readers joining a read in flight",
+            total(|r| r.second_reads),
+        ),
         ("slow metadata buckets", total(|r| r.slow_logs.into())),
         ("lagging data buckets", total(|r| r.put_lags.into())),
         ("collected log slots", total(|r| r.log_slots_collected)),

@@ -358,3 +358,25 @@ async fn test_no_read_ahead_at_the_tip() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(store.gets.load(Ordering::SeqCst) - gets, 4 + 2);
 }
+
+/// A stored batch too short for the fields a fetch rewrites (a damaged object) fails the read
+/// with a storage error instead of panicking the connection's task.
+#[tokio::test(start_paused = true)]
+async fn test_a_batch_shorter_than_its_rewritten_fields_is_an_error() {
+    let (reader, topic, _, _) = partition_with(&[vec![1_000]], 1, 0).await;
+    let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
+    let (entry, _) = plan.entries[0];
+    let mut out = BytesMut::new();
+    let err = append_entry(&mut out, &[0u8; 12], &entry, &plan).unwrap_err();
+    assert!(
+        matches!(err, FetchError::Storage(ref m) if m.contains("shorter")),
+        "{err}"
+    );
+    // A run whose first header claims a batch smaller than a header (batchLength 0).
+    let err = append_entry(&mut out, &[0u8; 130], &entry, &plan).unwrap_err();
+    assert!(
+        matches!(err, FetchError::Storage(ref m) if m.contains("a batch of 12 bytes")),
+        "{err}"
+    );
+    assert!(out.is_empty());
+}

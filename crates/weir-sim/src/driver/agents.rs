@@ -8,8 +8,9 @@ use weir_storage::pool::WriterPool;
 use super::*;
 use crate::gate::GateAppendable;
 
-/// Read-ahead window of a simulated agent: a sixteenth of its 1 MiB read cache, as the agent caps it.
-const SIM_READ_AHEAD_BYTES: u64 = 64 * 1024;
+/// Read-ahead window of a simulated agent: four of the larger uncached fetches, so a consumer
+/// fetches from, and joins, loads started several fetches before.
+const SIM_READ_AHEAD_BYTES: u64 = 8 * 1024;
 
 impl World {
     pub(super) fn ensure_incarnation(&mut self) {
@@ -132,13 +133,15 @@ impl World {
             clock.clone(),
             self.rng.u64(..),
         );
-        let fetch_cache = if self.scenario.gc.uncached_reads {
+        let fetch_cache = if self.scenario.gc.cold_read_ahead {
+            Arc::new(ReadCache::new(1 << 20))
+        } else if self.scenario.gc.uncached_reads {
             Arc::new(ReadCache::new(0))
         } else {
             cache
         };
-        // Read-ahead as the agent runs it, scaled to the 1 MiB cache (a sixteenth of it): a
-        // consumer behind the tip reads through shared in-flight reads and read-ahead loads.
+        // Read-ahead as the agent runs it (off with no cache room): a consumer behind the tip
+        // reads through read-ahead loads and GETs shared while in flight.
         let mut fetch = FetchReader::new(control.clone(), reader.clone(), fetch_cache)
             .with_plan_ttl(self.scenario.gc.plan_ttl)
             .with_read_ahead(SIM_READ_AHEAD_BYTES);

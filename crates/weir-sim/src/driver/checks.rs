@@ -128,9 +128,30 @@ impl World {
     /// Reads a plan and hands the batches to the consumer.
     async fn read_plan(&mut self, partition: i32, held: Held) {
         let fetch = self.incarnations[held.incarnation].fetch.clone();
+        // With cold reads and read-ahead, a second reader of the partition starts at the plan's
+        // second entry, reading at the same time: its ranges join this read's GETs in flight
+        // part-way in, and what it gets must be what this read gets from there on.
+        let second = self.scenario.gc.cold_read_ahead.then(|| {
+            let offset = held.plan.base_offsets().nth(1)?;
+            let max_bytes = self.scenario.gc.fetch_max_bytes;
+            let plan = fetch
+                .plan(&self.topic?, partition, offset, max_bytes, true)
+                .ok()?;
+            Some((offset, plan))
+        });
+        let second_read = async {
+            match second.flatten() {
+                Some((offset, plan)) => Some((offset, fetch.read(plan).await)),
+                None => None,
+            }
+        };
         // Reads of a plan go one file after another, so a slow holder costs its delay per
         // file; a read that never returns shows up as no convergence after healing.
-        let read = tokio::time::timeout(Duration::from_secs(60), fetch.read(held.plan)).await;
+        let main_read = tokio::time::timeout(Duration::from_secs(60), fetch.read(held.plan));
+        let (read, second_read) = futures::join!(main_read, second_read);
+        if let (Ok(Ok(data)), Some((offset, Ok(second)))) = (&read, second_read) {
+            self.check_second_reader(partition, offset, &data.records, &second.records);
+        }
         let data = match read {
             Ok(Ok(data)) => data,
             Ok(Err(weir_fetch::FetchError::PlanExpired(age))) => {
@@ -196,6 +217,30 @@ impl World {
                 deposed: held.deposed,
             });
             self.report.consumed_batches += 1;
+        }
+    }
+
+    /// The second reader started at `offset`, the main plan's second entry: over what both
+    /// read from there, the bytes must be the same. Either may have read further: the second
+    /// plan is newer (a held main plan may predate batches or a compaction swap whose runs,
+    /// spent partly below `offset`, leave the second less of its byte budget).
+    fn check_second_reader(&mut self, partition: i32, offset: i64, main: &[u8], second: &[u8]) {
+        let mut position = 0;
+        while let Ok(header) = BatchHeader::parse(&main[position..]) {
+            if header.base_offset >= offset {
+                break;
+            }
+            position += header.total_len();
+        }
+        let rest = main.get(position..).unwrap_or_default();
+        self.report.second_reads += 1;
+        if !(second.starts_with(rest) || rest.starts_with(second)) {
+            self.violation(format!(
+                "p{partition}: a second reader from offset {offset} got other bytes than the \
+                 first reader ({} bytes against {} from there)",
+                second.len(),
+                rest.len()
+            ));
         }
     }
 

@@ -76,6 +76,9 @@ pub struct SimReport {
     /// Fetch plans held before reading; of those, refused as older than the plan TTL.
     pub held_plans: u64,
     pub expired_plans: u64,
+    /// Reads by a second reader of a partition, from the main read's second batch, at the same
+    /// time (cold read-ahead seeds), checked against the main read.
+    pub second_reads: u64,
     /// Reads that found an object deleted longer than plan TTL + read deadline after planning
     /// (the read itself outlived its bound; not a breach).
     pub overtaken_reads: u64,
@@ -128,7 +131,7 @@ impl fmt::Display for SimReport {
              acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
-             held plans, {} expired, {} on a deposed writer's plans); {} retention passes, {} DeleteRecords, log starts moved \
+             held plans, {} expired, {} on a deposed writer's plans, {} second reads); {} retention passes, {} DeleteRecords, log starts moved \
              {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages), {} agents cut off peers, {} cut off the metadata bucket, {} isolated from both, {} epochs, {} group commits ({} refused); lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
@@ -155,6 +158,7 @@ impl fmt::Display for SimReport {
             self.held_plans,
             self.expired_plans,
             self.deposed_reads,
+            self.second_reads,
             self.retention_ticks,
             self.delete_records,
             self.log_start_advance,

@@ -30,6 +30,11 @@ pub(super) struct GcScenario {
     /// Fetches read through a cache of their own with no room (every read goes to a bucket)
     /// instead of the pipeline's write-through cache.
     pub(super) uncached_reads: bool,
+    /// Of the uncached seeds, those with the larger fetch limit read through a cache of their
+    /// own that the pipeline does not write through, with read-ahead: every range is cold,
+    /// read-ahead loads the next ones, and fetches join its GETs in flight (no draw of its own,
+    /// so the other seeds keep their scenarios).
+    pub(super) cold_read_ahead: bool,
     /// A fetch's byte limit: small with uncached reads, where every file of a plan is a GET
     /// and one failed GET fails the whole read (at 5 % errors a plan over dozens of files
     /// would almost never be read).
@@ -77,6 +82,7 @@ impl GcScenario {
             plan_ttl: fifth,
             read_timeout: fifth,
             uncached_reads,
+            cold_read_ahead: uncached_reads && fetch_max_bytes == 2_048,
             fetch_max_bytes,
             p_retention: [0.02, 0.05, 0.1][rng.usize(..3)],
             p_delete_records: [0.0, 0.005, 0.02][rng.usize(..3)],
@@ -108,7 +114,9 @@ impl GcScenario {
             self.p_delete_records * 100.0,
             self.grace,
             self.plan_ttl,
-            if self.uncached_reads {
+            if self.cold_read_ahead {
+                "cold read-ahead"
+            } else if self.uncached_reads {
                 "uncached"
             } else {
                 "cached"
