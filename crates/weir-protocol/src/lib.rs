@@ -11,6 +11,7 @@ pub mod codec;
 pub mod error_code;
 pub mod frame;
 pub mod records;
+pub mod response;
 pub mod versions;
 
 pub use batch::{

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use weir_protocol::frame::{read_frame_len, read_frame_rest, FrameError};
+use weir_protocol::response::Frame;
 
 use crate::broker::Broker;
 use crate::dispatch::{dispatch, ConnectionFacts, Dispatched, RESPONSE_ERROR};
@@ -28,7 +29,7 @@ use crate::request_memory::MemoryCharge;
 /// at most one fetch response per connection. A fetch response's bytes also stay charged to the
 /// agent-wide response budget until it is written and dropped (`memory.rs`), which bounds what
 /// all such clients together hold.
-type ResponseSlot = (JoinHandle<Option<Bytes>>, Option<OwnedSemaphorePermit>);
+type ResponseSlot = (JoinHandle<Option<Frame>>, Option<OwnedSemaphorePermit>);
 
 const PRODUCE_API_KEY: i16 = 0;
 const FETCH_API_KEY: i16 = 1;
@@ -53,9 +54,11 @@ pub(crate) async fn serve(
                 break;
             }
         };
-        if let Some(bytes) = response {
+        if let Some(mut frame) = response {
             let idle = broker_idle;
-            match tokio::time::timeout(idle, writer.write_all(&bytes)).await {
+            // Vectored writes: a fetch response's record sets go out from the buffers they were
+            // read into.
+            match tokio::time::timeout(idle, writer.write_all_buf(&mut frame)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(err)) => {
                     debug!(%peer, error = %err, "write failed, closing connection");
@@ -68,7 +71,7 @@ pub(crate) async fn serve(
                 }
             }
             // Returns a fetch response's memory before the next fetch may be read.
-            drop(bytes);
+            drop(frame);
         }
         drop(fetch_permit);
     }

@@ -6,10 +6,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, RequestKind};
+use kafka_protocol::messages::{ApiKey, FetchResponse, RequestKind};
 use kafka_protocol::protocol::Encodable;
 use tracing::error;
 use weir_protocol::frame::{decode_request_header, encode_response, peek_request};
+use weir_protocol::response::{encode_fetch_response, Frame};
 use weir_protocol::versions::is_supported;
 
 use crate::broker::Broker;
@@ -22,7 +23,7 @@ tokio::task_local! {
     pub(crate) static RESPONSE_ERROR: std::cell::Cell<Option<i16>>;
 }
 
-pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
+pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Option<Frame>> + Send + 'static>>;
 
 pub(crate) enum Dispatched {
     /// The response (or `None` for acks=0), produced in the background. Nothing of the request
@@ -43,6 +44,19 @@ pub(crate) struct RequestContext {
 
 impl RequestContext {
     /// Encodes `body` as this request's response frame, noting its error code for the metrics.
+    /// Encodes a Fetch response with its record sets as pieces of the frame, not copies.
+    pub(crate) fn encode_fetch(&self, body: &FetchResponse) -> Option<Frame> {
+        let _ = RESPONSE_ERROR.try_with(|error| error.set(Some(body.error_code())));
+        let header_version = self.api_key.response_header_version(self.version);
+        match encode_fetch_response(self.correlation_id, header_version, body, self.version) {
+            Ok(frame) => Some(frame),
+            Err(err) => {
+                error!(version = self.version, error = %err, "fetch response encoding failed");
+                None
+            }
+        }
+    }
+
     pub(crate) fn encode<M: Encodable + ResponseError>(&self, body: &M) -> Option<Bytes> {
         let _ = RESPONSE_ERROR.try_with(|error| error.set(Some(body.error_code())));
         let header_version = self.api_key.response_header_version(self.version);
@@ -91,8 +105,15 @@ impl ConnectionFacts {
     }
 }
 
+impl Dispatched {
+    /// A response built as one buffer (every API but Fetch).
+    pub(crate) fn bytes(work: impl Future<Output = Option<Bytes>> + Send + 'static) -> Self {
+        Dispatched::Respond(Box::pin(async move { work.await.map(Frame::from) }))
+    }
+}
+
 pub(crate) fn ready(response: Option<Bytes>) -> Dispatched {
-    Dispatched::Respond(Box::pin(std::future::ready(response)))
+    Dispatched::bytes(std::future::ready(response))
 }
 
 pub(crate) async fn dispatch(
@@ -117,9 +138,7 @@ pub(crate) async fn dispatch(
     if !is_supported(api_key, version) {
         if api_key == ApiKey::ApiVersions {
             // Built in the request's turn, like every response, so its error code is counted.
-            return Dispatched::Respond(Box::pin(async move {
-                handlers::api_versions::unsupported(context)
-            }));
+            return Dispatched::bytes(async move { handlers::api_versions::unsupported(context) });
         }
         return Dispatched::Close(format!("unsupported version {version} of {api_key:?}"));
     }
@@ -188,7 +207,9 @@ async fn route(
             spawn(group_admin::delete_groups(broker, context, request))
         }
         RequestKind::Produce(request) => produce::handle(broker, context, request).await,
-        RequestKind::Fetch(request) => spawn(fetch::handle(broker, context, request)),
+        RequestKind::Fetch(request) => {
+            Dispatched::Respond(Box::pin(fetch::handle(broker, context, request)))
+        }
         RequestKind::Metadata(request) => spawn(metadata::handle(broker, context, caller, request)),
         RequestKind::ListOffsets(request) => spawn(offsets::list_offsets(broker, context, request)),
         RequestKind::OffsetForLeaderEpoch(request) => lazy(broker, move |broker| {
@@ -219,7 +240,7 @@ async fn route(
 }
 
 fn spawn(work: impl Future<Output = Option<Bytes>> + Send + 'static) -> Dispatched {
-    Dispatched::Respond(Box::pin(work))
+    Dispatched::bytes(work)
 }
 
 /// A synchronous handler, run when the connection gives the request its turn (not now: the
@@ -228,5 +249,5 @@ fn lazy(
     broker: Arc<Broker>,
     handler: impl FnOnce(Arc<Broker>) -> Option<Bytes> + Send + 'static,
 ) -> Dispatched {
-    Dispatched::Respond(Box::pin(async move { handler(broker) }))
+    Dispatched::bytes(async move { handler(broker) })
 }

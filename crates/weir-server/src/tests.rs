@@ -174,7 +174,7 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
         let frame = fetch::handle(broker.clone(), context(i), fetch_request(0, i32::MAX))
             .await
             .expect("a response");
-        let records = records_in(frame.clone());
+        let records = records_in(frame.to_bytes());
         assert_eq!(records % batch, 0);
         if records == 0 {
             // Only once first batches over the budget reach half of it (agent-wide bound).
@@ -190,8 +190,8 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
         // Responses without records are a few header bytes, charged nothing.
         let frames: usize = held
             .iter()
-            .filter(|frame| records_in((*frame).clone()) > 0)
-            .map(Bytes::len)
+            .filter(|frame| records_in(frame.to_bytes()) > 0)
+            .map(|frame| frame.len())
             .sum();
         // Each held response is charged at least its size, and all together stay within the
         // budget plus half of it for first batches.
@@ -205,17 +205,18 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
     // The first response read what the budget allowed; once it is used up, fetches read one
     // batch each (KIP-74) until those first batches reach half the budget, then nothing (they
     // long-poll and try again) instead of growing the agent's memory with every connection.
-    assert!(records_in(held[0].clone()) > batch);
-    assert!(records_in(held[0].clone()) <= budget / 2);
+    assert!(records_in(held[0].to_bytes()) > batch);
+    assert!(records_in(held[0].to_bytes()) <= budget / 2);
     assert!(
-        held.iter().any(|frame| records_in(frame.clone()) == batch),
+        held.iter()
+            .any(|frame| records_in(frame.to_bytes()) == batch),
         "no fetch got exactly its first batch past the budget"
     );
     assert!(
         starved > 0,
         "30 unread fetches never reached the first-batch bound"
     );
-    assert_eq!(records_in(held[29].clone()), 0);
+    assert_eq!(records_in(held[29].to_bytes()), 0);
     drop(held);
     assert_eq!(
         broker.fetch_memory.used(),
@@ -225,7 +226,10 @@ async fn test_unread_fetch_responses_stay_within_the_response_budget() {
     let frame = fetch::handle(broker.clone(), context(99), fetch_request(0, i32::MAX))
         .await
         .unwrap();
-    assert!(records_in(frame) > batch, "the whole budget is free again");
+    assert!(
+        records_in(frame.to_bytes()) > batch,
+        "the whole budget is free again"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -242,7 +246,7 @@ async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
     assert!(!polling.is_finished(), "the fetch did not wait for data");
     assert_eq!(broker.fetch_memory.used(), 0);
     let frame = polling.await.unwrap().unwrap();
-    assert_eq!(records_in(frame), 0);
+    assert_eq!(records_in(frame.to_bytes()), 0);
     assert_eq!(broker.fetch_memory.used(), 0);
 }
 
@@ -492,7 +496,7 @@ async fn roundtrip_on<R: Encodable>(
     let Dispatched::Respond(work) = dispatch(broker, frame, peer, facts).await else {
         panic!("{key:?} v{version}: the connection was closed");
     };
-    let mut response = work.await.expect("a response");
+    let mut response = work.await.expect("a response").to_bytes();
     response.advance(4);
     assert_eq!(response.get_i32(), 5, "correlation id");
     if response_header_version >= 1 {
@@ -641,7 +645,7 @@ async fn test_a_fetch_through_a_lagging_follower_waits_for_its_replica() {
         .await
         .expect("a response");
     assert!(
-        records_in(frame) > 0,
+        records_in(frame.to_bytes()) > 0,
         "the second batch, not OFFSET_OUT_OF_RANGE"
     );
 }

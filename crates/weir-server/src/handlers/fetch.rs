@@ -14,6 +14,7 @@ use uuid::Uuid;
 use weir_common::TopicId;
 use weir_fetch::{FetchError, ReadPlan};
 use weir_protocol::error_code;
+use weir_protocol::response::Frame;
 
 use super::{topic_id, topic_name};
 use crate::broker::Broker;
@@ -38,10 +39,10 @@ pub(crate) async fn handle(
     broker: Arc<Broker>,
     context: RequestContext,
     request: FetchRequest,
-) -> Option<Bytes> {
+) -> Option<Frame> {
     if request.session_id != 0 {
         let response = FetchResponse::default().with_error_code(FETCH_SESSION_ID_NOT_FOUND);
-        return context.encode(&response);
+        return context.encode_fetch(&response);
     }
     let wanted = resolve(&broker, context.version, &request);
     let max_bytes = usize::try_from(request.max_bytes.max(0))
@@ -80,22 +81,23 @@ pub(crate) async fn handle(
     }
 }
 
-/// Encodes the response. The frame keeps the read's memory grant until the connection has
-/// written it; the records' own copy is freed with the response struct, so the grant shrinks to
-/// the frame.
+/// Encodes the response. The record sets go into the frame as they were read (not copied
+/// again), and the frame keeps the read's memory grant until the connection has written it: the
+/// grant shrinks to the frame, which is the records plus the response's own fields.
 fn respond(
     broker: &Broker,
     context: &RequestContext,
     wanted: &[Wanted],
     read: Read,
-) -> Option<Bytes> {
+) -> Option<Frame> {
     let Read {
         topics, mut grant, ..
     } = read;
     count_fetched(broker, wanted, &topics);
-    let frame = context.encode(&FetchResponse::default().with_responses(topics))?;
+    let mut frame = context.encode_fetch(&FetchResponse::default().with_responses(topics))?;
     grant.shrink_to(frame.len());
-    Some(grant.attach(frame))
+    frame.hold(grant);
+    Some(frame)
 }
 
 /// Counts the records and bytes a response returns, by topic (`weir_fetched_*`). The response

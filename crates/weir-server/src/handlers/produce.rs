@@ -131,7 +131,7 @@ pub(crate) async fn handle(
     if !has_ticket && acks == 0 {
         return ready(None);
     }
-    Dispatched::Respond(Box::pin(async move {
+    Dispatched::bytes(async move {
         let outcomes = match outcome {
             Some(pending) => pending.await,
             None => Vec::new(),
@@ -154,7 +154,7 @@ pub(crate) async fn handle(
             return None;
         }
         context.encode(&build_response(&topics, slots, &outcomes, context.version))
-    }))
+    })
 }
 
 fn validate(
