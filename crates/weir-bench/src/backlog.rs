@@ -4,21 +4,67 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::run::Counters;
+use anyhow::Context;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::run::{Counters, Options};
 
 /// How often a backlog run checks whether its consumers caught up.
 pub(crate) const CATCH_UP_POLL: Duration = Duration::from_millis(20);
 /// A backlog that has not grown for this long is not going to be built.
 const BACKLOG_STALL: Duration = Duration::from_secs(60);
 
+/// A consumer group's position in one partition: (group, topic, partition).
+pub(crate) type Position = (String, String, i32);
+
 /// The catch-up of a backlog run in progress.
 pub(crate) struct CatchUpRun {
-    /// Messages and bytes to read (the backlog, over all subscriptions).
+    /// Messages and bytes acknowledged when the consumers started, over all subscriptions.
     pub(crate) messages: u64,
     pub(crate) bytes: u64,
+    /// Every group's partitions and the end offsets the backlog reaches in them.
+    pub(crate) ends: Vec<(Position, i64)>,
     pub(crate) started: Instant,
     /// Time to read the backlog, and the bytes read by then.
     pub(crate) done: Option<(Duration, u64)>,
+}
+
+impl CatchUpRun {
+    /// Whether every group has read every partition up to its end offset at the start: the
+    /// backlog is read even while producers add more (a count of messages would also count
+    /// newer messages of partitions read faster).
+    pub(crate) fn backlog_read(&self, counters: &Counters) -> bool {
+        let positions = counters.positions.lock().expect("positions");
+        self.ends
+            .iter()
+            .all(|(key, end)| *end <= 0 || positions.get(key).is_some_and(|next| next >= end))
+    }
+}
+
+/// The end offsets of `topics`' partitions now, for each of `groups`.
+pub(crate) fn end_offsets(
+    opts: &Options,
+    topics: &[String],
+    partitions: i32,
+    groups: &[String],
+) -> anyhow::Result<Vec<(Position, i64)>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &opts.bootstrap)
+        .create()
+        .context("watermark client")?;
+    let mut ends = Vec::new();
+    for topic in topics {
+        for partition in 0..partitions {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, partition, Duration::from_secs(30))
+                .with_context(|| format!("end offset of {topic}/{partition}"))?;
+            for group in groups {
+                ends.push(((group.clone(), topic.clone(), partition), high));
+            }
+        }
+    }
+    Ok(ends)
 }
 
 /// Waits until the producers have had `target` bytes acknowledged.

@@ -21,7 +21,7 @@ use crate::workload::Workload;
 /// One consumer to start: its assignment, group and latency histograms.
 pub(crate) struct Planned {
     assignment: TopicPartitionList,
-    group: String,
+    pub(crate) group: String,
     pub(crate) hists: Arc<Mutex<Hists>>,
 }
 
@@ -85,6 +85,7 @@ pub(crate) fn start(
         let client: BaseConsumer = config.create().context("consumer")?;
         client.assign(&consumer.assignment).context("assign")?;
         let hists = consumer.hists.clone();
+        let group = consumer.group.clone();
         let counters = counters.clone();
         let stop = stop.clone();
         threads.push(std::thread::spawn(move || {
@@ -93,6 +94,16 @@ pub(crate) fn start(
                     None => {}
                     Some(Ok(message)) => {
                         let now = unix_micros();
+                        let key = (
+                            group.clone(),
+                            message.topic().to_string(),
+                            message.partition(),
+                        );
+                        counters
+                            .positions
+                            .lock()
+                            .expect("positions")
+                            .insert(key, message.offset() + 1);
                         let payload = message.payload().unwrap_or_default();
                         counters.consumed.fetch_add(1, Ordering::Relaxed);
                         counters

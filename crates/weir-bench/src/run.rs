@@ -1,5 +1,6 @@
 //! Running a workload: topics, consumers, paced producers, live progress, the final report.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
 use crate::agent;
-use crate::backlog::{build_backlog, CatchUpRun, CATCH_UP_POLL};
+use crate::backlog::{build_backlog, end_offsets, CatchUpRun, Position, CATCH_UP_POLL};
 use crate::consume::{self, unix_micros};
 use crate::report::{self, AgentUsage, CatchUp, Latency, Report};
 use crate::workload::Workload;
@@ -96,6 +97,8 @@ pub(crate) struct Counters {
     pub(crate) acked: AtomicU64,
     pub(crate) acked_bytes: AtomicU64,
     pub(crate) consumed: AtomicU64,
+    /// Each consumer group's next offset per partition read.
+    pub(crate) positions: Mutex<HashMap<Position, i64>>,
     pub(crate) consumed_bytes: AtomicU64,
     pub(crate) errors: AtomicU64,
     error_samples: Mutex<Vec<String>>,
@@ -362,12 +365,18 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             }
         }
         let subscriptions = u64::from(workload.subscriptions_per_topic);
+        let mut groups: Vec<String> = planned.iter().map(|c| c.group.clone()).collect();
+        groups.dedup();
+        let ends = end_offsets(opts, &topics, partitions, &groups)?;
         catch_up = Some(CatchUpRun {
             messages: counters.acked.load(Ordering::Relaxed) * subscriptions,
             bytes: counters.acked_bytes.load(Ordering::Relaxed) * subscriptions,
+            ends,
             started: Instant::now(),
             done: None,
         });
+        // The histograms measure the window: publish latencies of the backlog build go.
+        merged(&reset_total);
         consumer_threads = consume::start(&planned, opts, &counters, &stop_consumers)?;
         warmup = Duration::ZERO;
     }
@@ -394,7 +403,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     loop {
         let now = Instant::now();
         if let Some(run) = catch_up.as_mut().filter(|run| run.done.is_none()) {
-            if counters.consumed.load(Ordering::Relaxed) >= run.messages {
+            if run.backlog_read(&counters) {
                 let read = counters.consumed_bytes.load(Ordering::Relaxed);
                 run.done = Some((now - run.started, read));
                 eprintln!(

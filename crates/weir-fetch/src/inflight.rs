@@ -41,6 +41,12 @@ impl std::fmt::Debug for Registered {
     }
 }
 
+/// The read in `list` whose range covers `range`.
+fn covering<'a>(list: &'a [Registered], range: &Range<u64>) -> Option<&'a Registered> {
+    list.iter()
+        .find(|r| r.range.start <= range.start && range.end <= r.range.end)
+}
+
 /// What [`InFlight::join_or_start`] decided.
 pub(crate) enum Joined {
     /// Another read covers the range: its bytes, sliced to the range asked for.
@@ -83,10 +89,7 @@ impl InFlight {
         start: impl FnOnce() -> BoxFuture<'static, Result<Bytes, FetchError>>,
     ) -> Joined {
         let mut reads = self.lock();
-        let covering = reads.get(key).and_then(|list| {
-            list.iter()
-                .find(|r| r.range.start <= range.start && range.end <= r.range.end)
-        });
+        let covering = reads.get(key).and_then(|list| covering(list, &range));
         if let Some(covering) = covering {
             let (read, from) = (covering.read.clone(), covering.range.start);
             let slice = (range.start - from) as usize..(range.end - from) as usize;
@@ -116,6 +119,13 @@ impl InFlight {
                 id,
             },
         )
+    }
+
+    /// Whether a read in flight covers `range` of `key`.
+    pub(crate) fn covers(&self, key: &Path, range: &Range<u64>) -> bool {
+        self.lock()
+            .get(key)
+            .is_some_and(|list| covering(list, range).is_some())
     }
 
     /// Reads in flight (for tests).

@@ -3,17 +3,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::future::{self, Either, FutureExt};
+use futures::future::{self, BoxFuture, Either, FutureExt};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use tokio::time::Instant;
+use tracing::debug;
 use weir_common::{FileId, Tier, TopicId};
 use weir_control::{ControlPlane, IndexEntry};
 use weir_protocol::batch::{rewrite_offsets, BatchHeader};
 use weir_storage::{keys, QuorumWriter, ReadCache};
 
 use crate::inflight::{InFlight, Joined};
-use crate::readahead::ReadAhead;
+use crate::readahead::{Load, ReadAhead};
 
 /// Storage reads one partition's fetch runs at once (different files of its plan).
 pub(crate) const MAX_CONCURRENT_READS: usize = 8;
@@ -219,6 +220,7 @@ impl FetchReader {
                 index += 1;
                 continue;
             }
+            self.note_eviction(&plan, first, &first_key);
             let end = contiguous_run(&plan.entries, index);
             let last = &plan.entries[end - 1].0;
             pieces.push(Piece::Stored {
@@ -267,10 +269,18 @@ impl FetchReader {
                 append_entry(&mut out, batch, entry, &plan)?;
             }
         }
+        // The buffer was sized for the plan; batches of a compacted run below the offset or past
+        // the budget were left out. The response holds these bytes until the client reads them
+        // and is charged their length, so a buffer mostly empty is copied down to it.
+        let records = if out.capacity() - out.len() > out.len() / 8 + 4096 {
+            Bytes::copy_from_slice(&out)
+        } else {
+            out.freeze()
+        };
         Ok(PartitionData {
             high_watermark: plan.high_watermark,
             log_start_offset: plan.log_start_offset,
-            records: out.freeze(),
+            records,
         })
     }
 
@@ -297,27 +307,63 @@ impl FetchReader {
         };
         let holders: Vec<usize> = location.holders.iter().map(|h| *h as usize).collect();
         let start = || {
-            let (cache, key, range) = (self.cache.clone(), key.clone(), range.clone());
-            async move {
-                let bytes = buckets
-                    .get_range(&holders, &key, range.clone())
-                    .await
-                    .map_err(|err| FetchError::Storage(err.to_string()))?;
-                // Cached before the read leaves the registry: a reader that misses it there
-                // finds it here.
-                cache.insert_range(&key, range, bytes.clone());
-                Ok(bytes)
-            }
-            .boxed()
+            let (buckets, holders) = (buckets.clone(), holders.clone());
+            Self::start_read(&self.cache, buckets, holders, key.clone(), range.clone())
         };
-        match self.inflight.join_or_start(&key, range.clone(), start) {
-            Joined::Shared(read) => read.await,
+        let started = match self.inflight.join_or_start(&key, range.clone(), start) {
+            Joined::Shared(read) => match read.await {
+                Ok(bytes) => return Ok(bytes),
+                // The read joined failed (a read-ahead load, say): this read retries for itself,
+                // as it would have read had it not found that one in flight.
+                Err(_) => Self::start_read(&self.cache, buckets, holders, key, range),
+            },
             Joined::Started(read, registration) => {
                 let bytes = read.await;
                 drop(registration);
-                bytes
+                return bytes;
             }
+        };
+        started.await
+    }
+
+    /// `first`, a batch of `plan`, is neither cached nor loading: tells read-ahead, which
+    /// shrinks the partition's window if it had loaded it.
+    fn note_eviction(&self, plan: &ReadPlan, first: &IndexEntry, key: &Path) {
+        let Some(read_ahead) = &self.read_ahead else {
+            return;
+        };
+        let range = first.byte_offset..first.byte_offset + u64::from(first.len);
+        if !self.inflight.covers(key, &range)
+            && read_ahead.evicted((plan.topic_id, plan.partition), first.base_offset)
+        {
+            debug!(
+                partition = plan.partition,
+                offset = first.base_offset,
+                "read-ahead window evicted before it was read: halving it"
+            );
         }
+    }
+
+    /// A GET of `range` of `key` from its `holders`, cached when it returns.
+    fn start_read(
+        cache: &Arc<ReadCache>,
+        buckets: Arc<QuorumWriter>,
+        holders: Vec<usize>,
+        key: Path,
+        range: Range<u64>,
+    ) -> BoxFuture<'static, Result<Bytes, FetchError>> {
+        let cache = cache.clone();
+        async move {
+            let bytes = buckets
+                .get_range(&holders, &key, range.clone())
+                .await
+                .map_err(|err| FetchError::Storage(err.to_string()))?;
+            // Cached before the read leaves the registry: a reader that misses it there finds
+            // it here.
+            cache.insert_range(&key, range, bytes.clone());
+            Ok(bytes)
+        }
+        .boxed()
     }
 
     /// Starts reading the partition's next window into the cache when `plan` is behind the
@@ -333,16 +379,19 @@ impl FetchReader {
         if end >= plan.high_watermark {
             return; // At the tip: the produce path caches what comes next.
         }
+        if read_ahead.busy() {
+            return; // Loads are queueing already: shed, do not pile up.
+        }
         let key = (plan.topic_id, plan.partition);
-        let Some(start) = read_ahead.claim(key, end) else {
+        let Some((start, window)) = read_ahead.claim(key, end) else {
             return;
         };
-        let window = read_ahead.window_bytes();
+        // At least one entry: a batch larger than the window is still read ahead.
         let entries = self
             .control
             .read(|state| {
                 let partition = state.partition(&plan.topic_id, plan.partition)?;
-                Some(planned_entries(state, partition, end, window, false))
+                Some(planned_entries(state, partition, end, window, true))
             })
             .unwrap_or_default();
         let trigger = half_way(&entries, window);
@@ -354,27 +403,32 @@ impl FetchReader {
             .last()
             .map_or(start, |(entry, _)| entry.last_offset + 1);
         read_ahead.record(key, end, until, trigger.min(until));
-        let mut ranges = Vec::new();
+        // Batch by batch: fresh batches are cached one entry each, so a range over several
+        // would never be found in the cache and would be read again.
+        let missing: Vec<_> = entries
+            .into_iter()
+            .filter(|(entry, location)| {
+                let range = entry.byte_offset..entry.byte_offset + u64::from(entry.len);
+                !self.cache.contains(&location.key(&entry.file_id), range)
+            })
+            .collect();
+        let mut loads = Vec::new();
         let mut index = 0;
-        while index < entries.len() {
-            let next = contiguous_run(&entries, index);
-            let (first, location) = &entries[index];
-            let last = &entries[next - 1].0;
-            let range = first.byte_offset..last.byte_offset + u64::from(last.len);
-            if !self
-                .cache
-                .contains(&location.key(&first.file_id), range.clone())
-            {
-                ranges.push((first.file_id, location.clone(), range));
-            }
+        while index < missing.len() {
+            let next = contiguous_run(&missing, index);
+            let (first, location) = &missing[index];
+            let last = &missing[next - 1].0;
+            loads.push(Load {
+                file_id: first.file_id,
+                location: location.clone(),
+                range: first.byte_offset..last.byte_offset + u64::from(last.len),
+                last_offset: last.last_offset,
+            });
             index = next;
         }
-        if ranges.is_empty() {
-            return;
+        if !loads.is_empty() {
+            read_ahead.spawn_loads(self.clone(), key, loads);
         }
-        let reader = self.clone();
-        let read_ahead = read_ahead.clone();
-        tokio::spawn(async move { read_ahead.load(&reader, ranges).await });
     }
 }
 

@@ -380,3 +380,53 @@ async fn test_a_batch_shorter_than_its_rewritten_fields_is_an_error() {
     );
     assert!(out.is_empty());
 }
+
+/// A fetch that goes to storage for a batch read-ahead had loaded (the cache dropped it) halves
+/// the partition's window; one served from the loads leaves it alone.
+#[tokio::test(start_paused = true)]
+async fn test_an_evicted_window_halves() {
+    let tickets: Vec<Vec<i64>> = (0..20).map(|i| vec![1_000 + i]).collect();
+    let (warm, topic, _, _) = partition_with(&tickets, 1, 0).await;
+    let window = bytes_of_first(&warm, &topic, 8);
+    let reader = cold(&warm, 64 << 20, window);
+    let ahead = reader.read_ahead.clone().unwrap();
+    let two = bytes_of_first(&warm, &topic, 2) as usize;
+    reader
+        .read(reader.plan(&topic, 0, 0, two, true).unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ahead.window_of((topic, 0)), Some(window as usize));
+    // Batches 2 and 3 loaded; batch 2's file is dropped from the cache.
+    let plan = reader.plan(&topic, 0, 4, two, true).unwrap();
+    let (entry, location) = &plan.entries[0];
+    reader.cache.remove_file(&location.key(&entry.file_id));
+    reader.read(plan).await.unwrap();
+    assert_eq!(ahead.window_of((topic, 0)), Some(window as usize / 2));
+}
+
+/// A consumer just behind the tip, whose batches the produce path cached one entry each in a
+/// shared file: read-ahead finds every batch cached and sends no GET.
+#[tokio::test(start_paused = true)]
+async fn test_read_ahead_skips_batches_cached_one_by_one() {
+    let tickets = vec![(1_000..1_012).collect::<Vec<i64>>()];
+    let (warm, topic, store, _) = partition_with(&tickets, 1 << 20, 64 << 20).await;
+    let plan = warm.plan(&topic, 0, 0, usize::MAX, true).unwrap();
+    let files: std::collections::BTreeSet<_> =
+        plan.entries.iter().map(|(e, _)| e.file_id).collect();
+    assert_eq!(files.len(), 1, "the batches share one file");
+    let window = bytes_of_first(&warm, &topic, 8);
+    let reader = warm.with_read_ahead(window);
+    let two = bytes_of_first(&reader, &topic, 2) as usize;
+    let gets = store.gets.load(Ordering::SeqCst);
+    reader
+        .read(reader.plan(&topic, 0, 0, two, true).unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        store.gets.load(Ordering::SeqCst),
+        gets,
+        "every batch was in the cache"
+    );
+}

@@ -141,7 +141,10 @@ impl World {
         });
         let second_read = async {
             match second.flatten() {
-                Some((offset, plan)) => Some((offset, fetch.read(plan).await)),
+                Some((offset, plan)) => {
+                    let read = tokio::time::timeout(Duration::from_secs(60), fetch.read(plan));
+                    read.await.ok().map(|read| (offset, read))
+                }
                 None => None,
             }
         };
@@ -226,7 +229,7 @@ impl World {
     /// spent partly below `offset`, leave the second less of its byte budget).
     fn check_second_reader(&mut self, partition: i32, offset: i64, main: &[u8], second: &[u8]) {
         let mut position = 0;
-        while let Ok(header) = BatchHeader::parse(&main[position..]) {
+        while let Ok(header) = BatchHeader::parse(main.get(position..).unwrap_or_default()) {
             if header.base_offset >= offset {
                 break;
             }
