@@ -523,6 +523,13 @@ impl LogStore {
     /// contiguous log after it, skipping dead slots. Recovery uses it after claiming an epoch;
     /// the simulator's auditor uses it to see exactly what a recovering writer would see.
     pub async fn replay(&self) -> Result<Replayed, LogError> {
+        self.replay_until(None).await
+    }
+
+    /// [`LogStore::replay`], stopping before slot `until` when given (a follower replaying
+    /// while its leader writes: the replay ends there, not at a missing slot it may never
+    /// reach).
+    pub async fn replay_until(&self, until: Option<u64>) -> Result<Replayed, LogError> {
         let (snapshot_seq, mut state, mut fence) = match self.load_snapshot().await? {
             Some((seq, state, fence)) => (Some(seq), state, fence),
             None => (None, State::default(), FenceSlots::default()),
@@ -535,7 +542,10 @@ impl LogStore {
         let mut log_epoch = state.epoch;
         let mut replayed = 0u64;
         let mut dead = 0u64;
-        while let Some((record_epoch, record)) = self.read_record(seq).await? {
+        while until.is_none_or(|until| seq < until) {
+            let Some((record_epoch, record)) = self.read_record(seq).await? else {
+                break;
+            };
             if record_epoch >= log_epoch {
                 log_epoch = record_epoch;
                 if gc::opens_epoch(&record.entries) {

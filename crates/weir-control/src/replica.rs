@@ -18,6 +18,8 @@ use crate::entry::Entry;
 use crate::log::{opens_epoch, FenceSlots, LogError, LogStore, Replayed};
 use crate::state::State;
 
+/// Slots one [`Replica::catch_up`] reads from the bucket at most.
+pub const MAX_CATCH_UP_SLOTS: usize = 256;
 /// What [`Replica::offer`] did with a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offered {
@@ -143,6 +145,12 @@ impl Replica {
     /// then create a collected slot again with a record that is not the log's (replay never
     /// reads it: it starts past the snapshot); a replica that far behind starts again from the
     /// replay instead.
+    ///
+    /// One call reads at most [`MAX_CATCH_UP_SLOTS`] slots, and a replay it starts stops at
+    /// what it was asked to reach: a live leader keeps adding slots, and a follower that read
+    /// on to the first missing one could chase its tail for as long as the leader writes
+    /// faster than one GET per slot (a follower's tick, its leader connection and its
+    /// shutdown all wait on this).
     pub async fn catch_up(
         &mut self,
         log: &LogStore,
@@ -150,13 +158,18 @@ impl Replica {
     ) -> Result<u64, LogError> {
         let start = self.next_seq;
         let mut read = Vec::new();
-        while let Some(record) = log.read_record(start + read.len() as u64).await? {
-            read.push(record);
+        while read.len() < MAX_CATCH_UP_SLOTS {
+            match log.read_record(start + read.len() as u64).await? {
+                Some(record) => read.push(record),
+                None => break,
+            }
         }
         let collected = !read.is_empty() && log.snapshot_at_or_above(start).await?;
         let behind = durable.is_some_and(|durable| durable >= start + read.len() as u64);
         if collected || behind {
-            let replayed = log.replay().await?;
+            // Up to the slot asked for, or to what was just read: never past either.
+            let reach = (start + read.len() as u64).max(durable.map_or(0, |d| d + 1));
+            let replayed = log.replay_until(Some(reach)).await?;
             if replayed.gap > self.next_seq {
                 self.restart(replayed);
             }

@@ -163,3 +163,31 @@ async fn test_replica_behind_collected_slots_restarts_from_the_snapshot() {
     );
     assert_eq!(json(&replica.state()), control.read(json));
 }
+
+/// A replica far behind takes at most `MAX_CATCH_UP_SLOTS` slots per catch-up (a follower's
+/// tick must end while its leader keeps writing), and the next catch-up goes on from there; a
+/// bounded replay stops where it was asked to.
+#[tokio::test]
+async fn test_catch_up_reads_a_bounded_number_of_slots_per_call() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let control = ControlPlane::open(store.clone(), ControlPlaneSettings::default(), 1)
+        .await
+        .unwrap();
+    let log = LogStore::new(store.clone(), 1);
+    let mut replica = Replica::new(log.replay().await.unwrap());
+    let behind = MAX_CATCH_UP_SLOTS + 40;
+    for i in 0..behind {
+        control
+            .create_topic(&format!("t{i}"), 1, BTreeMap::new(), i as u64 + 1)
+            .await
+            .unwrap();
+    }
+    let first = replica.catch_up(&log, None).await.unwrap();
+    assert_eq!(first, MAX_CATCH_UP_SLOTS as u64);
+    let second = replica.catch_up(&log, None).await.unwrap();
+    assert_eq!(first + second, behind as u64);
+    assert_eq!(json(&replica.state()), control.read(json));
+    let bounded = log.replay_until(Some(10)).await.unwrap();
+    assert_eq!(bounded.gap, 10);
+    assert_eq!(log.replay().await.unwrap().gap, replica.next_seq());
+}
