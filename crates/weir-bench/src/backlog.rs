@@ -15,8 +15,8 @@ pub(crate) const CATCH_UP_POLL: Duration = Duration::from_millis(20);
 /// A backlog that has not grown for this long is not going to be built.
 const BACKLOG_STALL: Duration = Duration::from_secs(60);
 
-/// A consumer group's position in one partition: (group, topic, partition).
-pub(crate) type Position = (String, String, i32);
+/// A consumer group's position in one partition: (subscription, topic index, partition).
+pub(crate) type Position = (u32, usize, i32);
 
 /// The catch-up of a backlog run in progress.
 pub(crate) struct CatchUpRun {
@@ -42,25 +42,25 @@ impl CatchUpRun {
     }
 }
 
-/// The end offsets of `topics`' partitions now, for each of `groups`.
+/// The end offsets of `topics`' partitions now, for each of `subscriptions`.
 pub(crate) fn end_offsets(
     opts: &Options,
     topics: &[String],
     partitions: i32,
-    groups: &[String],
+    subscriptions: u32,
 ) -> anyhow::Result<Vec<(Position, i64)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &opts.bootstrap)
         .create()
         .context("watermark client")?;
     let mut ends = Vec::new();
-    for topic in topics {
+    for (index, topic) in topics.iter().enumerate() {
         for partition in 0..partitions {
             let (_, high) = consumer
                 .fetch_watermarks(topic, partition, Duration::from_secs(30))
                 .with_context(|| format!("end offset of {topic}/{partition}"))?;
-            for group in groups {
-                ends.push(((group.clone(), topic.clone(), partition), high));
+            for subscription in 0..subscriptions {
+                ends.push(((subscription, index, partition), high));
             }
         }
     }

@@ -21,7 +21,9 @@ use crate::workload::Workload;
 /// One consumer to start: its assignment, group and latency histograms.
 pub(crate) struct Planned {
     assignment: TopicPartitionList,
-    pub(crate) group: String,
+    /// The subscription (consumer group) it reads for.
+    subscription: u32,
+    group: String,
     pub(crate) hists: Arc<Mutex<Hists>>,
 }
 
@@ -47,6 +49,7 @@ pub(crate) fn plan(
             }
             planned.push(Planned {
                 assignment,
+                subscription,
                 group: format!("weir-bench-{run_id}-{subscription}"),
                 hists: Arc::new(Mutex::new(Hists::new())),
             });
@@ -66,11 +69,13 @@ pub(crate) fn unix_micros() -> u64 {
 /// Starts the planned consumers; each polls until `stop`.
 pub(crate) fn start(
     planned: &[Planned],
+    topics: &[String],
     opts: &Options,
     counters: &Arc<Counters>,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
+    let topics: Arc<[String]> = topics.into();
     for consumer in planned {
         let mut config = ClientConfig::new();
         config
@@ -85,7 +90,7 @@ pub(crate) fn start(
         let client: BaseConsumer = config.create().context("consumer")?;
         client.assign(&consumer.assignment).context("assign")?;
         let hists = consumer.hists.clone();
-        let group = consumer.group.clone();
+        let (subscription, topics) = (consumer.subscription, topics.clone());
         let counters = counters.clone();
         let stop = stop.clone();
         threads.push(std::thread::spawn(move || {
@@ -94,16 +99,13 @@ pub(crate) fn start(
                     None => {}
                     Some(Ok(message)) => {
                         let now = unix_micros();
-                        let key = (
-                            group.clone(),
-                            message.topic().to_string(),
-                            message.partition(),
-                        );
-                        counters
-                            .positions
-                            .lock()
-                            .expect("positions")
-                            .insert(key, message.offset() + 1);
+                        // Keyed by indexes, not names: nothing allocated per message.
+                        if let Some(topic) = topics.iter().position(|t| t == message.topic()) {
+                            counters.positions.lock().expect("positions").insert(
+                                (subscription, topic, message.partition()),
+                                message.offset() + 1,
+                            );
+                        }
                         let payload = message.payload().unwrap_or_default();
                         counters.consumed.fetch_add(1, Ordering::Relaxed);
                         counters

@@ -223,7 +223,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let consumer_stats: Vec<_> = planned.iter().map(|c| c.hists.clone()).collect();
     let backlog_target = workload.backlog_bytes();
     let mut consumer_threads = if backlog_target == 0 {
-        consume::start(&planned, opts, &counters, &stop_consumers)?
+        consume::start(&planned, &topics, opts, &counters, &stop_consumers)?
     } else {
         Vec::new()
     };
@@ -365,9 +365,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             }
         }
         let subscriptions = u64::from(workload.subscriptions_per_topic);
-        let mut groups: Vec<String> = planned.iter().map(|c| c.group.clone()).collect();
-        groups.dedup();
-        let ends = end_offsets(opts, &topics, partitions, &groups)?;
+        let ends = end_offsets(opts, &topics, partitions, workload.subscriptions_per_topic)?;
         catch_up = Some(CatchUpRun {
             messages: counters.acked.load(Ordering::Relaxed) * subscriptions,
             bytes: counters.acked_bytes.load(Ordering::Relaxed) * subscriptions,
@@ -377,7 +375,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         });
         // The histograms measure the window: publish latencies of the backlog build go.
         merged(&reset_total);
-        consumer_threads = consume::start(&planned, opts, &counters, &stop_consumers)?;
+        consumer_threads = consume::start(&planned, &topics, opts, &counters, &stop_consumers)?;
         warmup = Duration::ZERO;
     }
 

@@ -22,15 +22,21 @@ fn json(state: &State) -> serde_json::Value {
     serde_json::to_value(state).unwrap()
 }
 
-/// A replica that catches up from the bucket holds what the leader's readers see, slot by slot.
-#[tokio::test]
-async fn test_replica_catches_up_to_what_the_leader_shows() {
+/// A leader over an in-memory bucket, its log, and a replica replayed from it.
+async fn leader_and_replica() -> (ControlPlane, LogStore, Replica) {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let control = ControlPlane::open(store.clone(), ControlPlaneSettings::default(), 1)
         .await
         .unwrap();
-    let log = LogStore::new(store.clone(), 1);
-    let mut replica = Replica::new(log.replay().await.unwrap());
+    let log = LogStore::new(store, 1);
+    let replica = Replica::new(log.replay().await.unwrap());
+    (control, log, replica)
+}
+
+/// A replica that catches up from the bucket holds what the leader's readers see, slot by slot.
+#[tokio::test]
+async fn test_replica_catches_up_to_what_the_leader_shows() {
+    let (control, log, mut replica) = leader_and_replica().await;
     assert_eq!(json(&replica.state()), control.read(json));
     let topic = control
         .create_topic("t", 1, BTreeMap::new(), 2)
@@ -169,12 +175,7 @@ async fn test_replica_behind_collected_slots_restarts_from_the_snapshot() {
 /// bounded replay stops where it was asked to.
 #[tokio::test]
 async fn test_catch_up_reads_a_bounded_number_of_slots_per_call() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let control = ControlPlane::open(store.clone(), ControlPlaneSettings::default(), 1)
-        .await
-        .unwrap();
-    let log = LogStore::new(store.clone(), 1);
-    let mut replica = Replica::new(log.replay().await.unwrap());
+    let (control, log, mut replica) = leader_and_replica().await;
     let behind = MAX_CATCH_UP_SLOTS + 40;
     for i in 0..behind {
         control
