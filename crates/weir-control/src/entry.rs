@@ -123,6 +123,49 @@ pub enum Entry {
         incarnation: String,
         at_ms: i64,
     },
+    /// A file sealed but not yet known to be in a quorum (RFC 0006, log record version 5):
+    /// applied as `CommitFile`, but its batches are pending, so no consumer reads them until a
+    /// `ConfirmFiles` names it. `buckets` names every bucket that may come to hold it.
+    ReserveFile(FileCommit),
+    /// Reserved files now in a quorum of ingest buckets: their batches become readable.
+    ConfirmFiles {
+        files: Vec<ConfirmedFile>,
+    },
+    /// Reserved files that never reached a quorum (RFC 0006): their batches move to the
+    /// filler's empty batches and their producer states roll back.
+    AbortFiles(FileAbort),
+}
+
+/// A file of a `ConfirmFiles`, and the ingest buckets that hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmedFile {
+    pub file_id: FileId,
+    pub buckets: Vec<u8>,
+}
+
+/// An `AbortFiles`: pending files of one agent incarnation, which must be the last of its
+/// pending files (in reservation order), and the filler that takes their offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAbort {
+    pub agent: String,
+    pub files: Vec<FileId>,
+    pub filler: FileId,
+    pub size: u64,
+    /// Positions of the filler's holders in the ingest bucket list.
+    pub buckets: Vec<u8>,
+    /// One per pending batch of `files`: where its empty batch is in the filler.
+    pub batches: Vec<FillerBatch>,
+}
+
+/// An empty record batch of a filler, standing in for the pending batch of the same partition
+/// and base offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FillerBatch {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub base_offset: i64,
+    pub byte_offset: u64,
+    pub len: u32,
 }
 
 /// A `RegisterAgent` entry: who the agent is and where clients and peers reach it.
@@ -319,4 +362,19 @@ pub enum EntryResult {
     RegisterAgent(Result<u64, ControlError>),
     /// Whether the agent was fenced (false: another incarnation, or not registered).
     FenceAgent(bool),
+    ReserveFile(Vec<BatchOutcome>),
+    /// How many of the files were pending (and are now readable).
+    ConfirmFiles(usize),
+    /// How many batches moved to the filler.
+    AbortFiles(Result<usize, ControlError>),
+}
+
+impl Entry {
+    /// The oldest log record version that can hold this entry (see `LOG_RECORD_VERSION`).
+    pub fn record_version(&self) -> u16 {
+        match self {
+            Entry::ReserveFile(_) | Entry::ConfirmFiles { .. } | Entry::AbortFiles(_) => 5,
+            _ => 4,
+        }
+    }
 }

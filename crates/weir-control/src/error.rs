@@ -34,6 +34,13 @@ pub enum ControlError {
     },
     #[error("file is older than the orphan sweep horizon {horizon_ms} ms: upload it again")]
     FileTooOld { horizon_ms: i64 },
+    /// The producer's batch this one duplicates or follows is in a file not yet known to be
+    /// in a quorum (RFC 0006): retry once it is confirmed or aborted.
+    #[error("producer {producer_id}'s previous batch on this partition is not yet durable")]
+    SequencePending { producer_id: i64 },
+    /// An `AbortFiles` that does not match the pending state: nothing was aborted.
+    #[error("abort refused: {0}")]
+    AbortMismatch(String),
     /// A compaction's swap found a batch elsewhere than where its worker read it (another
     /// compaction moved it first): nothing was replaced.
     #[error("compaction conflict: {0}")]
@@ -55,7 +62,9 @@ impl ControlError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ControlError::Unavailable(_) | ControlError::ShuttingDown
+            ControlError::Unavailable(_)
+                | ControlError::ShuttingDown
+                | ControlError::SequencePending { .. }
         )
     }
 }

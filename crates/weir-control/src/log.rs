@@ -103,9 +103,12 @@ pub enum LogError {
 /// The record version this build writes. 1: the format before versions (no `v` field);
 /// 2: adds `AdvanceLogStart`, `FilesDeleted` and `State::released` (RFC 0003); 3: adds
 /// `RegisterAgent`, `FenceAgent` and `CommitOffsets`' coordinator stamp (RFC 0002); 4: the
-/// stamp on `DeleteGroup`, `DeleteGroupOffsets` and `ExpireGroup` too. A reader stops at a record newer than
-/// it knows instead of misreading it (an older build would apply a refused delete).
-pub const LOG_RECORD_VERSION: u16 = 4;
+/// stamp on `DeleteGroup`, `DeleteGroupOffsets` and `ExpireGroup` too; 5: `ReserveFile`,
+/// `ConfirmFiles` and `AbortFiles` (RFC 0006). A reader stops at a record newer than it knows
+/// instead of misreading it (an older build would apply a refused delete). A record is written
+/// at the oldest version that holds its entries, so a log that never used pending files stays
+/// readable by builds of version 4.
+pub const LOG_RECORD_VERSION: u16 = 5;
 
 fn version_one() -> u16 {
     1
@@ -120,12 +123,10 @@ pub struct LogRecord {
 }
 
 impl LogRecord {
-    /// A record of this build's version.
+    /// A record of the oldest version that holds `entries`.
     pub fn new(entries: Vec<Entry>) -> Self {
-        Self {
-            version: LOG_RECORD_VERSION,
-            entries,
-        }
+        let version = entries.iter().map(Entry::record_version).max().unwrap_or(4);
+        Self { version, entries }
     }
 }
 

@@ -18,11 +18,13 @@ use crate::configs;
 use crate::entry::{BatchCommit, BatchOutcome, Entry, EntryResult, FileCommit, OffsetCommit};
 use crate::ControlError;
 use crate::CoordinatorStamp;
+use pending::{PendingBatch, PendingByPartition, PendingFile, ReplacedProducer};
 
 mod compaction;
 mod expiry;
 mod index;
 mod log_start;
+pub mod pending;
 mod producers;
 mod registry;
 pub use index::{ChunkedIndex, CHUNK_ENTRIES};
@@ -59,8 +61,14 @@ pub struct State {
     /// The cluster's live agents (RFC 0002 §5); empty for a single agent.
     #[serde(default)]
     pub registry: Registry,
+    /// Reserved files not yet confirmed or aborted, by agent incarnation, in reservation order
+    /// (RFC 0006; see `pending`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending: BTreeMap<String, Vec<PendingFile>>,
     #[serde(skip)]
     topic_names_by_id: HashMap<TopicId, String>,
+    #[serde(skip)]
+    pending_by_partition: PendingByPartition,
 }
 
 /// A group's committed offsets: topic → partition → offset.
@@ -119,7 +127,7 @@ pub struct FileMeta {
     pub tier: Tier,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerPartitionState {
     pub epoch: i16,
     pub recent: VecDeque<SequencedBatch>,
@@ -149,6 +157,7 @@ impl State {
             .values()
             .map(|topic| (topic.id, topic.name.clone()))
             .collect();
+        self.rebuild_pending_index();
     }
 
     /// Applies an entry whose log slot is durable, for a state that holds only durable entries
@@ -156,30 +165,71 @@ impl State {
     /// commit appended becomes visible to consumers (its partitions' stable high watermark is
     /// their high watermark).
     pub fn apply_durable(&mut self, entry: &Entry) -> EntryResult {
-        let result = self.apply(entry);
-        if let Entry::CommitFile(commit) = entry {
-            for batch in &commit.batches {
-                let Some(name) = self.topic_names_by_id.get(&batch.topic_id) else {
-                    continue;
-                };
-                let partition = usize::try_from(batch.partition).ok().and_then(|index| {
-                    self.topics
-                        .get_mut(name)
-                        .and_then(|topic| topic.partitions.get_mut(index))
-                });
-                if let Some(partition) = partition {
-                    partition.stable_high_watermark = partition.high_watermark;
-                }
+        // A confirmation or abort moves the stable bound of the partitions its files reserved:
+        // collect them before apply forgets the files.
+        let touched: Vec<(TopicId, i32)> = match entry {
+            Entry::CommitFile(commit) | Entry::ReserveFile(commit) => commit
+                .batches
+                .iter()
+                .map(|batch| (batch.topic_id, batch.partition))
+                .collect(),
+            Entry::ConfirmFiles { files } => {
+                self.pending_partitions(files.iter().map(|f| f.file_id))
             }
+            Entry::AbortFiles(abort) => self.pending_partitions(abort.files.iter().copied()),
+            _ => Vec::new(),
+        };
+        let result = self.apply(entry);
+        for (topic_id, partition) in touched {
+            self.refresh_stable(&topic_id, partition);
         }
         result
     }
 
-    /// Marks everything assigned as durable (after recovery: all replayed entries are durable).
+    /// The partitions the pending batches of `files` are on.
+    fn pending_partitions(&self, files: impl Iterator<Item = FileId>) -> Vec<(TopicId, i32)> {
+        let wanted: std::collections::HashSet<FileId> = files.collect();
+        self.pending
+            .values()
+            .flatten()
+            .filter(|file| wanted.contains(&file.file_id))
+            .flat_map(|file| &file.batches)
+            .map(|batch| (batch.topic_id, batch.partition))
+            .collect()
+    }
+
+    /// Sets a partition's stable high watermark to what is durable and readable: its high
+    /// watermark, or its first pending batch's base offset if lower (RFC 0006).
+    fn refresh_stable(&mut self, topic_id: &TopicId, partition: i32) {
+        let first_pending = self.first_pending(topic_id, partition);
+        let Some(name) = self.topic_names_by_id.get(topic_id) else {
+            return;
+        };
+        let state = usize::try_from(partition).ok().and_then(|index| {
+            self.topics
+                .get_mut(name)
+                .and_then(|topic| topic.partitions.get_mut(index))
+        });
+        if let Some(state) = state {
+            state.stable_high_watermark = first_pending.map_or(state.high_watermark, |first| {
+                first.min(state.high_watermark)
+            });
+        }
+    }
+
+    /// Marks everything assigned as durable (after recovery: all replayed entries are durable),
+    /// except what is pending.
     pub fn mark_all_stable(&mut self) {
         for topic in self.topics.values_mut() {
-            for partition in &mut topic.partitions {
-                partition.stable_high_watermark = partition.high_watermark;
+            for (index, partition) in topic.partitions.iter_mut().enumerate() {
+                let first_pending = self
+                    .pending_by_partition
+                    .get(&(topic.id, index as i32))
+                    .and_then(|batches| batches.keys().next().copied());
+                partition.stable_high_watermark = first_pending
+                    .map_or(partition.high_watermark, |first| {
+                        first.min(partition.high_watermark)
+                    });
             }
         }
     }
@@ -223,7 +273,10 @@ impl State {
             Entry::CreatePartitions { name, total } => {
                 EntryResult::CreatePartitions(self.create_partitions(name, *total))
             }
-            Entry::CommitFile(commit) => EntryResult::CommitFile(self.commit_file(commit)),
+            Entry::CommitFile(commit) => EntryResult::CommitFile(self.commit_file(commit, false)),
+            Entry::ReserveFile(commit) => EntryResult::ReserveFile(self.commit_file(commit, true)),
+            Entry::ConfirmFiles { files } => EntryResult::ConfirmFiles(self.confirm_files(files)),
+            Entry::AbortFiles(abort) => EntryResult::AbortFiles(self.abort_files(abort)),
             Entry::InitProducerId {
                 existing,
                 at_ms,
@@ -441,7 +494,9 @@ impl State {
         Ok(())
     }
 
-    fn commit_file(&mut self, commit: &FileCommit) -> Vec<BatchOutcome> {
+    /// Applies a `CommitFile`, or a `ReserveFile` (`reserve`): the same checks and offsets, but
+    /// the appended batches are pending (RFC 0006).
+    fn commit_file(&mut self, commit: &FileCommit, reserve: bool) -> Vec<BatchOutcome> {
         if commit.file_id.unix_ms() < self.sweep_horizon_ms {
             // The sweep may have deleted (or be deleting) this object: never reference it.
             let error = ControlError::FileTooOld {
@@ -455,11 +510,32 @@ impl State {
             return vec![BatchOutcome::Rejected(error); commit.batches.len()];
         }
         self.agent_tips.insert(commit.agent.clone(), commit.file_id);
+        let mut pending = Vec::new();
         let outcomes: Vec<BatchOutcome> = commit
             .batches
             .iter()
-            .map(|batch| self.append_batch(commit.file_id, batch))
+            .map(|batch| {
+                let (outcome, replaced) = self.append_batch(commit.file_id, batch, &commit.agent);
+                if let (true, BatchOutcome::Appended { base_offset, .. }) = (reserve, &outcome) {
+                    pending.push(PendingBatch {
+                        topic_id: batch.topic_id,
+                        partition: batch.partition,
+                        base_offset: *base_offset,
+                        producer: replaced,
+                    });
+                }
+                outcome
+            })
             .collect();
+        if !pending.is_empty() {
+            self.add_pending(
+                &commit.agent,
+                PendingFile {
+                    file_id: commit.file_id,
+                    batches: pending,
+                },
+            );
+        }
         let live = outcomes
             .iter()
             .filter(|outcome| matches!(outcome, BatchOutcome::Appended { .. }))
@@ -468,7 +544,7 @@ impl State {
             size: commit.size,
             buckets: commit.buckets.clone(),
             live_batches: live,
-            // A `CommitFile` commits what a producer uploaded, always to the ingest tier.
+            // A commit or reservation names what a producer uploads, always to the ingest tier.
             tier: Tier::Ingest,
         };
         if live > 0 {
@@ -479,9 +555,17 @@ impl State {
         outcomes
     }
 
-    fn append_batch(&mut self, file_id: FileId, batch: &BatchCommit) -> BatchOutcome {
+    /// Appends one batch of `agent`'s file, or answers why not. For an appended batch of an
+    /// idempotent producer, also returns the producer state it replaced (an abort restores it).
+    fn append_batch(
+        &mut self,
+        file_id: FileId,
+        batch: &BatchCommit,
+        agent: &str,
+    ) -> (BatchOutcome, Option<ReplacedProducer>) {
+        let rejected = |error| (BatchOutcome::Rejected(error), None);
         let Some(name) = self.topic_names_by_id.get(&batch.topic_id) else {
-            return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(
+            return rejected(ControlError::UnknownTopicOrPartition(
                 batch.topic_id.to_string(),
             ));
         };
@@ -501,43 +585,70 @@ impl State {
         };
         let next_producer_id = self.next_producer_id;
         let Some(topic) = self.topics.get_mut(name) else {
-            return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(name.clone()));
+            return rejected(ControlError::UnknownTopicOrPartition(name.clone()));
         };
         let Some(partition) = usize::try_from(batch.partition)
             .ok()
             .and_then(|index| topic.partitions.get_mut(index))
         else {
-            return BatchOutcome::Rejected(ControlError::UnknownTopicOrPartition(format!(
+            return rejected(ControlError::UnknownTopicOrPartition(format!(
                 "{}-{}",
                 topic.name, batch.partition
             )));
         };
         if batch.offset_span <= 0 {
-            return BatchOutcome::Rejected(ControlError::InvalidPartitions("empty batch".into()));
+            return rejected(ControlError::InvalidPartitions("empty batch".into()));
         }
+        let pending = self
+            .pending_by_partition
+            .get(&(batch.topic_id, batch.partition));
+        let mut before = None;
         if batch.producer_id >= 0 {
             let Some(current_epoch) =
                 producer_epoch_known.filter(|_| batch.producer_id < next_producer_id)
             else {
-                return BatchOutcome::Rejected(ControlError::UnknownProducerId(batch.producer_id));
+                return rejected(ControlError::UnknownProducerId(batch.producer_id));
             };
             if batch.producer_epoch < current_epoch {
-                return BatchOutcome::Rejected(ControlError::InvalidProducerEpoch {
+                return rejected(ControlError::InvalidProducerEpoch {
                     current: current_epoch,
                     got: batch.producer_epoch,
                 });
             }
+            let producer = partition.producers.get(&batch.producer_id);
+            // The producer's latest batch is pending in another incarnation's file: an abort of
+            // that file would roll its sequences back under this batch (RFC 0006).
+            let last_pending_elsewhere = producer
+                .and_then(|producer| producer.recent.back())
+                .and_then(|last| pending?.get(&last.base_offset))
+                .is_some_and(|owner| owner.agent != agent);
+            if last_pending_elsewhere {
+                return rejected(ControlError::SequencePending {
+                    producer_id: batch.producer_id,
+                });
+            }
+            before = Some(producer.cloned());
             match check_sequence(partition, batch) {
                 SequenceCheck::Accept => {}
                 SequenceCheck::Duplicate(base_offset) => {
+                    // Its original may still be aborted: acknowledging its offset now could
+                    // lose the record.
+                    if pending.is_some_and(|pending| pending.contains_key(&base_offset)) {
+                        return rejected(ControlError::SequencePending {
+                            producer_id: batch.producer_id,
+                        });
+                    }
                     let log_start_offset = partition.log_start_offset;
                     self.producer_active(batch.producer_id, file_id.unix_ms());
-                    return BatchOutcome::Duplicate {
-                        base_offset,
-                        log_start_offset,
-                    };
+                    return (
+                        BatchOutcome::Duplicate {
+                            base_offset,
+                            log_start_offset,
+                        },
+                        None,
+                    );
                 }
-                SequenceCheck::Reject(error) => return BatchOutcome::Rejected(error),
+                SequenceCheck::Reject(error) => return rejected(error),
             }
         }
         let base_offset = partition.high_watermark;
@@ -553,18 +664,27 @@ impl State {
         });
         partition.high_watermark = last_offset + 1;
         let log_start_offset = partition.log_start_offset;
-        if batch.producer_id >= 0 {
+        let mut replaced = None;
+        if let Some(before) = before {
             record_sequence(partition, batch, base_offset);
             if revived {
                 self.producer_epochs
                     .insert(batch.producer_id, batch.producer_epoch);
             }
             self.producer_active(batch.producer_id, file_id.unix_ms());
+            replaced = Some(ReplacedProducer {
+                producer_id: batch.producer_id,
+                before,
+                revived_epoch: revived.then_some(batch.producer_epoch),
+            });
         }
-        BatchOutcome::Appended {
-            base_offset,
-            log_start_offset,
-        }
+        (
+            BatchOutcome::Appended {
+                base_offset,
+                log_start_offset,
+            },
+            replaced,
+        )
     }
 }
 

@@ -346,8 +346,8 @@ async fn test_log_record_versions_old_current_and_newer() {
     let replayed = LogStore::new(store.clone(), 1).replay().await.unwrap();
     assert!(replayed.state.topic("kept").is_some());
     let newer = [
-        br#"{"v":5,"entries":[{"DeleteGroup":{"group":"g"}}]}"#.to_vec(),
-        br#"{"v":5,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
+        br#"{"v":6,"entries":[{"DeleteGroup":{"group":"g"}}]}"#.to_vec(),
+        br#"{"v":6,"entries":[{"FutureEntry":{"x":1}}]}"#.to_vec(),
     ];
     for payload in newer {
         let bytes = encode_envelope(EnvelopeKind::LogEntry, 1, 5, &payload).unwrap();
@@ -357,7 +357,7 @@ async fn test_log_record_versions_old_current_and_newer() {
             .unwrap();
         let err = LogStore::new(store.clone(), 1).replay().await.unwrap_err();
         assert!(
-            matches!(err, LogError::NewerFormat { version: 5, .. }),
+            matches!(err, LogError::NewerFormat { version: 6, .. }),
             "{err:?}"
         );
         assert!(err.to_string().contains("newer Weir"), "{err}");

@@ -426,6 +426,38 @@ impl ChunkedIndex {
         true
     }
 
+    /// Rewrites the entries from `position` to the end with `rewrite`, which may change their
+    /// lengths but not their offsets (an abort pointing a pending batch at its filler, RFC
+    /// 0006). The chunks from the one holding `position` are rebuilt, so byte totals stay right;
+    /// pending batches are near the end, so that is a few chunks at most.
+    pub fn rewrite_from(&mut self, position: usize, mut rewrite: impl FnMut(&mut IndexEntry)) {
+        if position >= self.len() {
+            return;
+        }
+        let stored = self.skip + position;
+        let first = self.chunk_of(stored);
+        let first_start = self.start_of(first);
+        let Some(bytes_before) = self.chunks().nth(first).map(|chunk| chunk.bytes_before) else {
+            return;
+        };
+        let mut entries: Vec<IndexEntry> = self
+            .chunks()
+            .skip(first)
+            .flat_map(|chunk| chunk.entries.iter().copied())
+            .collect();
+        for entry in &mut entries[stored - first_start..] {
+            let (base, last) = (entry.base_offset, entry.last_offset);
+            rewrite(entry);
+            debug_assert_eq!((base, last), (entry.base_offset, entry.last_offset));
+        }
+        self.full.truncate(first);
+        self.starts.truncate(first);
+        self.tail = Arc::new(Chunk::starting_after(bytes_before));
+        for entry in entries {
+            self.push(entry);
+        }
+    }
+
     fn chunks(&self) -> impl Iterator<Item = &Chunk> + '_ {
         self.full
             .iter()

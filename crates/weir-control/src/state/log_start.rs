@@ -21,9 +21,16 @@ impl State {
             return vec![Err(error); moves.len()];
         };
         let mut released = Vec::new();
+        // A log start never passes a pending batch (RFC 0006): it may still be aborted, and
+        // what is below the log start is gone for good.
+        let first_pending: Vec<Option<i64>> = moves
+            .iter()
+            .map(|mv| self.first_pending(topic_id, mv.partition))
+            .collect();
         let results = moves
             .iter()
-            .map(|mv| {
+            .zip(first_pending)
+            .map(|(mv, first_pending)| {
                 let partition = self
                     .topics
                     .get_mut(&name)
@@ -35,7 +42,7 @@ impl State {
                     .ok_or_else(|| {
                         ControlError::UnknownTopicOrPartition(format!("{name}-{}", mv.partition))
                     })?;
-                advance_partition(partition, mv.offset, &mut released)
+                advance_partition(partition, mv.offset, first_pending, &mut released)
             })
             .collect();
         for file_id in released {
@@ -78,14 +85,17 @@ impl State {
 }
 
 /// Moves one partition's log start to `offset` (-1: the high watermark). Never backwards, never
-/// past the high watermark; batches wholly below the new start leave the index and their files
+/// past the high watermark or the first pending batch; batches wholly below the new start leave the index and their files
 /// are pushed to `released` (one push per batch).
 fn advance_partition(
     partition: &mut PartitionState,
     offset: i64,
+    first_pending: Option<i64>,
     released: &mut Vec<FileId>,
 ) -> Result<i64, ControlError> {
-    let high_watermark = partition.high_watermark;
+    let high_watermark = first_pending.map_or(partition.high_watermark, |first| {
+        first.min(partition.high_watermark)
+    });
     let offset = if offset == -1 { high_watermark } else { offset };
     if offset < 0 || offset > high_watermark {
         return Err(ControlError::OffsetOutOfRange {

@@ -394,8 +394,10 @@ fn to_entry(op: &Op, index: usize) -> Entry {
         Op::Delete(t) => Entry::DeleteTopic {
             name: format!("topic{t}"),
         },
+        // Each file its own agent's first: one agent with `previous: None` would have every
+        // commit after its first refused as out of order.
         Op::Commit(t, partition, span) => Entry::CommitFile(FileCommit {
-            agent: "prop".into(),
+            agent: format!("prop{index}"),
             previous: None,
             file_id: FileId(index as u128),
             size: 10,

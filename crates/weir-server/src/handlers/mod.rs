@@ -52,7 +52,11 @@ pub(crate) fn control_error_code(error: &ControlError) -> i16 {
         // Compaction's conflict never reaches a client; mapped for completeness.
         ControlError::CommitOutOfOrder { .. }
         | ControlError::FileTooOld { .. }
-        | ControlError::ReplaceConflict(_) => error_code::KAFKA_STORAGE_ERROR,
+        | ControlError::ReplaceConflict(_)
+        | ControlError::AbortMismatch(_) => error_code::KAFKA_STORAGE_ERROR,
+        // The batch may or may not be written yet (its original is pending): Kafka's answer for
+        // a produce whose outcome is unknown, which clients retry with the same sequence.
+        ControlError::SequencePending { .. } => error_code::REQUEST_TIMED_OUT,
         ControlError::OffsetMetadataTooLarge { .. } => error_code::OFFSET_METADATA_TOO_LARGE,
         ControlError::OffsetOutOfRange { .. } => error_code::OFFSET_OUT_OF_RANGE,
         ControlError::NotCoordinator(_) => error_code::NOT_COORDINATOR,

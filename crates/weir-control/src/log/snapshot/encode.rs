@@ -14,6 +14,7 @@ use weir_format::{FormatError, IndexEncoder, IndexRow, INDEX_BLOCK_ROWS};
 
 use super::{ChunkInfo, Section};
 use crate::log::FenceSlots;
+use crate::state::pending::PendingFile;
 use crate::state::{
     FileMeta, GroupOffsets, IndexEntry, PartitionState, ProducerPartitionState, Registry, State,
     Topic,
@@ -294,6 +295,8 @@ pub(super) struct StateRef<'a> {
     released: &'a OrdMap<FileId, FileMeta>,
     sweep_horizon_ms: i64,
     registry: &'a Registry,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pending: &'a BTreeMap<String, Vec<PendingFile>>,
 }
 
 impl<'a> StateRef<'a> {
@@ -311,6 +314,7 @@ impl<'a> StateRef<'a> {
             released: &state.released,
             sweep_horizon_ms: state.sweep_horizon_ms,
             registry: &state.registry,
+            pending: &state.pending,
         }
     }
 }

@@ -151,7 +151,33 @@ fn rich_state(files: u32) -> State {
         at_ms: T0,
     }));
     assert_eq!(state.registry.agents.len(), 1);
+    // A reserved file not yet confirmed (RFC 0006): `pending` must survive the snapshot.
+    let reserved = state.apply(&Entry::ReserveFile(crate::entry::FileCommit {
+        agent: "reserving".into(),
+        previous: None,
+        file_id: FileId(((T0 as u128 + u128::from(files) + 1) << 80) | 9),
+        size: 100,
+        buckets: vec![0, 1, 2],
+        batches: vec![BatchCommit {
+            topic_id: TopicId([2; 16]),
+            partition: 1,
+            byte_offset: 0,
+            len: 100,
+            offset_span: 3,
+            first_timestamp: T0,
+            max_timestamp: T0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: 0,
+        }],
+    }));
+    assert!(
+        matches!(&reserved, EntryResult::ReserveFile(outcomes) if matches!(outcomes[..], [crate::BatchOutcome::Appended { .. }])),
+        "{reserved:?}"
+    );
     state.mark_all_stable();
+    let b1 = &state.topics["b"].partitions[1];
+    assert_eq!((b1.stable_high_watermark, b1.high_watermark), (0, 3));
     state
 }
 

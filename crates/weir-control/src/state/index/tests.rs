@@ -29,6 +29,11 @@ enum Op {
         at: usize,
         count: usize,
     },
+    /// Points every second entry from position `at` at a filler of `len` bytes (an abort).
+    Refill {
+        at: usize,
+        len: u32,
+    },
 }
 
 /// One entry spanning `entries` (what compaction's swap puts in place of a run of batches).
@@ -50,6 +55,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..12).prop_map(Op::RemoveFront),
         1 => Just(Op::CloneAndPush),
         2 => (0usize..20, 1usize..9).prop_map(|(at, count)| Op::Merge { at, count }),
+        2 => (0usize..20, 1u32..100).prop_map(|(at, len)| Op::Refill { at, len }),
     ]
 }
 
@@ -167,6 +173,21 @@ proptest! {
                         prop_assert!(!index.replace_range(at, end, entry(0, 0, 1)));
                     }
                     prop_assert_eq!(copy.len(), copy.iter().count(), "the clone is untouched");
+                }
+                Op::Refill { at, len } => {
+                    let copy = index.clone();
+                    let before: Vec<IndexEntry> = copy.iter().copied().collect();
+                    let refill = |e: &mut IndexEntry| {
+                        if e.base_offset % 2 == 0 {
+                            e.file_id = FileId(u128::MAX - 1);
+                            e.len = len;
+                        }
+                    };
+                    index.rewrite_from(at, refill);
+                    for e in model.iter_mut().skip(at) {
+                        refill(e);
+                    }
+                    prop_assert_eq!(copy.iter().copied().collect::<Vec<_>>(), before, "the clone is untouched");
                 }
             }
             check_against(&index, &model, from, target);
