@@ -37,9 +37,9 @@ pub mod sweep;
 mod test_support;
 
 pub use entry::{
-    AgentRegistration, BatchCommit, BatchOutcome, CoordinatorStamp, Entry, EntryResult, FileCommit,
-    FileReplace, LogStartCause, LogStartMove, OffsetCommit, ReplaceOutcome, ReplacedBatch,
-    ReplacedRun,
+    AgentRegistration, BatchCommit, BatchOutcome, ConfirmedFile, CoordinatorStamp, Entry,
+    EntryResult, FileAbort, FileCommit, FileReplace, FillerBatch, LogStartCause, LogStartMove,
+    OffsetCommit, ReplaceOutcome, ReplacedBatch, ReplacedRun,
 };
 pub use error::ControlError;
 pub use plane::{AgentInfo, ControlPlane, ControlPlaneSettings, Registration, Reservation};

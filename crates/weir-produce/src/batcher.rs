@@ -35,6 +35,7 @@ use weir_format::{BatchMeta, FileBuilder};
 use crate::committer::UploadedFile;
 use crate::metrics::{ProduceMetrics, Stage};
 use crate::pipeline::{ProduceSettings, QueuedTicket, TicketOutcome};
+use crate::reserver::SealedFile;
 use crate::uploader::{self, Destination};
 
 type SectionKey = (TopicId, i32);
@@ -126,13 +127,21 @@ impl SealReason {
     }
 }
 
+/// Where sealed files go.
+pub(crate) enum Sink {
+    /// To the committer once uploaded (commit after upload).
+    Serial(mpsc::UnboundedSender<UploadedFile>),
+    /// To the reserver at seal, while they upload (RFC 0006).
+    Parallel(mpsc::UnboundedSender<SealedFile>),
+}
+
 pub(crate) struct Batcher {
     settings: ProduceSettings,
     destination: Arc<Destination>,
     clock: Arc<dyn Clock>,
     rng: fastrand::Rng,
     sealed_count: Arc<AtomicU64>,
-    uploads: mpsc::UnboundedSender<UploadedFile>,
+    sink: Sink,
     permits: Arc<Semaphore>,
     /// Signalled when an upload finishes: a file waiting for room may seal.
     upload_done: Arc<Notify>,
@@ -148,7 +157,7 @@ impl Batcher {
         clock: Arc<dyn Clock>,
         seed: u64,
         sealed_count: Arc<AtomicU64>,
-        uploads: mpsc::UnboundedSender<UploadedFile>,
+        sink: Sink,
         metrics: ProduceMetrics,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(settings.max_inflight_uploads.max(1)));
@@ -164,7 +173,7 @@ impl Batcher {
             clock,
             rng: fastrand::Rng::with_seed(seed),
             sealed_count,
-            uploads,
+            sink,
             permits,
             upload_done: Arc::new(Notify::new()),
             last_seal: None,
@@ -320,6 +329,7 @@ impl Batcher {
             batches = batches.len(),
             "sealed file"
         );
+        let commit_id = file_id;
         let commit = FileCommit {
             // Set by the committer, which owns the commit chain.
             agent: String::new(),
@@ -330,10 +340,22 @@ impl Batcher {
             batches,
         };
         let destination = self.destination.clone();
-        let uploads = self.uploads.clone();
         let attempts = self.settings.upload_attempts;
         let metrics = self.metrics.clone();
         let upload_done = self.upload_done.clone();
+        let (serial, parallel) = match &self.sink {
+            Sink::Serial(uploads) => (Some((uploads.clone(), commit, tickets)), None),
+            Sink::Parallel(reserver) => {
+                let (done, upload) = oneshot::channel();
+                let _ = reserver.send(SealedFile {
+                    commit,
+                    tickets,
+                    upload,
+                    sealed_at: Instant::now(),
+                });
+                (None, Some(done))
+            }
+        };
         tokio::spawn(async move {
             let started = Instant::now();
             metrics.uploads_in_flight.inc();
@@ -343,12 +365,18 @@ impl Batcher {
             metrics.observe(Stage::Upload, started);
             drop(permit);
             upload_done.notify_one();
-            let _ = uploads.send(UploadedFile {
-                seq,
-                result,
-                commit: FileCommit { file_id, ..commit },
-                tickets,
-            });
+            if let Some((uploads, commit, tickets)) = serial {
+                let _ = uploads.send(UploadedFile {
+                    seq,
+                    result,
+                    commit: FileCommit { file_id, ..commit },
+                    tickets,
+                });
+            } else if let Some(done) = parallel {
+                // The PUT path writes the id chosen at seal, which the reservation names.
+                debug_assert_eq!(file_id, commit_id);
+                let _ = done.send(result);
+            }
         });
     }
 }

@@ -207,7 +207,7 @@ impl Committer {
     }
 }
 
-fn answer_tickets(tickets: Vec<TicketSlot>, outcomes: &[BatchOutcome]) {
+pub(crate) fn answer_tickets(tickets: Vec<TicketSlot>, outcomes: &[BatchOutcome]) {
     for slot in tickets {
         let result = slot
             .placements
@@ -225,7 +225,7 @@ fn answer_tickets(tickets: Vec<TicketSlot>, outcomes: &[BatchOutcome]) {
     }
 }
 
-fn fail_tickets(tickets: Vec<TicketSlot>, error: ProduceError) {
+pub(crate) fn fail_tickets(tickets: Vec<TicketSlot>, error: ProduceError) {
     for slot in tickets {
         let outcome = vec![PartitionOutcome::Failed(error.clone()); slot.placements.len()];
         let _ = slot.reply.send(outcome);

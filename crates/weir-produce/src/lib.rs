@@ -17,6 +17,8 @@ mod batcher;
 mod committer;
 mod metrics;
 mod pipeline;
+mod reserver;
+mod resolver;
 mod uploader;
 
 pub use metrics::ProduceMetrics;
@@ -24,6 +26,8 @@ pub use pipeline::{
     PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
     ProduceTicket, TicketOutcome,
 };
+pub use reserver::Incarnations;
+pub use resolver::{ResolvePass, Resolver, ResolverSettings};
 pub use uploader::{IngestPool, IngestWrites};
 
 #[cfg(test)]

@@ -10,10 +10,12 @@ use weir_control::{BatchOutcome, ControlError, ControlPlane};
 use weir_protocol::ValidatedBatch;
 use weir_storage::{QuorumWriter, ReadCache};
 
-use crate::batcher::Batcher;
+use crate::batcher::{Batcher, Sink};
 use crate::committer::Committer;
 use crate::metrics::ProduceMetrics;
+use crate::reserver::{Incarnations, Reserver};
 use crate::uploader::{Destination, IngestWrites};
+use tracing::warn;
 
 /// Produce-path tuning. Each knob trades latency against object-store cost.
 #[derive(Debug, Clone)]
@@ -35,6 +37,14 @@ pub struct ProduceSettings {
     pub upload_attempts: u32,
     /// Tickets queued in front of the batcher before connections feel back-pressure.
     pub queue_depth: usize,
+    /// Reserve a file's offsets in the metadata log while it uploads, and acknowledge once
+    /// both are durable (RFC 0006): an acknowledgement costs `max(upload, log write)` instead
+    /// of their sum. Needs the PUT write path; the appendable pool keeps commit-after-upload.
+    pub parallel_persistence: bool,
+    /// With `parallel_persistence`, a file not in a quorum this long after its seal is never
+    /// acknowledged (its tickets fail retriably), so the resolver may abort it once this plus
+    /// the clock-skew margin has passed.
+    pub ack_deadline: Duration,
 }
 
 impl Default for ProduceSettings {
@@ -46,6 +56,8 @@ impl Default for ProduceSettings {
             max_inflight_uploads: 32,
             upload_attempts: 3,
             queue_depth: 1024,
+            parallel_persistence: false,
+            ack_deadline: Duration::from_secs(10),
         }
     }
 }
@@ -111,6 +123,7 @@ pub(crate) struct QueuedTicket {
 pub struct ProducePipeline {
     tickets: mpsc::Sender<QueuedTicket>,
     metrics: ProduceMetrics,
+    incarnations: Option<Arc<Incarnations>>,
 }
 
 impl std::fmt::Debug for QueuedTicket {
@@ -158,9 +171,27 @@ impl ProducePipeline {
         let sealed_count = Arc::new(AtomicU64::new(0));
         let agent = format!("agent-{seed:016x}");
         let metrics = ProduceMetrics::new();
-        let (committer, uploads_tx) =
-            Committer::new(control, sealed_count.clone(), agent, metrics.clone());
-        tokio::spawn(committer.run());
+        let parallel = settings.parallel_persistence && matches!(ingest, IngestWrites::Put);
+        if settings.parallel_persistence && !parallel {
+            warn!("parallel persistence needs whole-object PUTs; appendable ingest commits after upload");
+        }
+        let (sink, incarnations) = if parallel {
+            let incarnations = Arc::new(Incarnations::new(agent));
+            let (reserver, sealed_tx) = Reserver::new(
+                control,
+                incarnations.clone(),
+                writer.buckets().len(),
+                settings.ack_deadline,
+                metrics.clone(),
+            );
+            tokio::spawn(reserver.run());
+            (Sink::Parallel(sealed_tx), Some(incarnations))
+        } else {
+            let (committer, uploads_tx) =
+                Committer::new(control, sealed_count.clone(), agent, metrics.clone());
+            tokio::spawn(committer.run());
+            (Sink::Serial(uploads_tx), None)
+        };
         let batcher = Batcher::new(
             settings,
             Destination {
@@ -171,14 +202,21 @@ impl ProducePipeline {
             clock,
             seed,
             sealed_count,
-            uploads_tx,
+            sink,
             metrics.clone(),
         );
         tokio::spawn(batcher.run(tickets_rx));
         Self {
             tickets: tickets_tx,
             metrics,
+            incarnations,
         }
+    }
+
+    /// With parallel persistence, the pipeline's reserving incarnations (the resolver leaves
+    /// the live one's pending files alone).
+    pub fn incarnations(&self) -> Option<Arc<Incarnations>> {
+        self.incarnations.clone()
     }
 
     /// The pipeline's metrics, for the agent to register.

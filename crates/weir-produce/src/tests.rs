@@ -23,6 +23,7 @@ use crate::{
     ProduceTicket,
 };
 
+mod parallel;
 mod pooled;
 mod sealing;
 
@@ -39,6 +40,9 @@ struct Harness {
     control: ControlPlane,
     buckets: Vec<Bucket>,
     cache: Arc<ReadCache>,
+    writer: Arc<QuorumWriter>,
+    /// The pipeline's wall clock (file ids), moved by hand.
+    clock: ManualClock,
 }
 
 fn fixed_put(millis: u64) -> LatencyProfile {
@@ -81,14 +85,23 @@ async fn harness_with(
         .await
         .unwrap();
     let cache = Arc::new(ReadCache::new(64 * 1024 * 1024));
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_700_000_000_000));
-    let pipeline =
-        ProducePipeline::start(settings, writer, control.clone(), cache.clone(), clock, 42);
+    let manual = ManualClock::new(1_700_000_000_000);
+    let clock: Arc<dyn Clock> = Arc::new(manual.clone());
+    let pipeline = ProducePipeline::start(
+        settings,
+        writer.clone(),
+        control.clone(),
+        cache.clone(),
+        clock,
+        42,
+    );
     Harness {
         pipeline,
         control,
         buckets,
         cache,
+        writer,
+        clock: manual,
     }
 }
 

@@ -241,6 +241,30 @@ pub fn set_log_append_time(batch: &mut [u8], append_time: i64) {
     reseal(batch);
 }
 
+/// An empty record batch spanning `span` offsets: no records, `lastOffsetDelta` = span − 1,
+/// no producer id. Kafka's log cleaner leaves such batches to keep producer state, and
+/// consumers step over them to the next offset. Weir serves one in place of an aborted batch
+/// (RFC 0006), so that a partition's offsets stay dense.
+pub fn empty_batch(span: i32, first_timestamp: i64, max_timestamp: i64) -> Bytes {
+    use bytes::BufMut;
+    let mut out = bytes::BytesMut::with_capacity(RECORD_BATCH_HEADER_LEN);
+    out.put_i64(0);
+    out.put_i32((RECORD_BATCH_HEADER_LEN - LOG_OVERHEAD) as i32);
+    out.put_i32(-1);
+    out.put_i8(2);
+    out.put_u32(0);
+    out.put_i16(0);
+    out.put_i32(span.max(1) - 1);
+    out.put_i64(first_timestamp);
+    out.put_i64(max_timestamp);
+    out.put_i64(-1);
+    out.put_i16(-1);
+    out.put_i32(-1);
+    out.put_i32(0);
+    reseal(&mut out);
+    out.freeze()
+}
+
 /// Test helper and tool for building a minimal valid batch of `count` records, each with no key
 /// and the one-byte value `x`, all at `first_timestamp`.
 pub fn build_test_batch(count: i32, first_timestamp: i64, producer: (i64, i16, i32)) -> Bytes {
@@ -282,6 +306,20 @@ mod tests {
         assert_eq!(batches[1].header.producer_id, 7);
         assert_eq!(batches[1].header.base_sequence, 3);
         assert_eq!(batches[1].bytes, second);
+    }
+
+    #[test]
+    fn test_empty_batch_spans_its_offsets_with_a_valid_crc() {
+        let batch = empty_batch(7, 100, 200);
+        assert_eq!(batch.len(), RECORD_BATCH_HEADER_LEN);
+        let header = BatchHeader::parse(&batch).unwrap();
+        assert_eq!(header.total_len(), batch.len());
+        assert_eq!((header.offset_span(), header.records_count), (7, 0));
+        assert_eq!((header.first_timestamp, header.max_timestamp), (100, 200));
+        assert!(!header.has_producer_id() && !header.is_control());
+        let crc = crc32c::crc32c(&batch[CRC_START..]);
+        assert_eq!(header.crc, crc);
+        assert_eq!(count_records(&batch), 0);
     }
 
     #[test]

@@ -56,9 +56,15 @@ pub(crate) struct Shadow {
     pub(crate) partitions: Vec<Vec<Placed>>,
     pub(crate) log_starts: Vec<i64>,
     pub(crate) high_watermarks: Vec<i64>,
+    /// What readers may see: the high watermark, or the first pending batch (RFC 0006).
+    pub(crate) stables: Vec<i64>,
 }
 
 impl Shadow {
+    pub(crate) fn stable(&self, partition: usize) -> i64 {
+        self.stables[partition]
+    }
+
     pub(crate) fn high_watermark(&self, partition: usize) -> i64 {
         self.high_watermarks[partition]
     }
@@ -349,20 +355,29 @@ impl Auditor {
         let mut out = Vec::new();
         let mut log_starts = Vec::new();
         let mut high_watermarks = Vec::new();
+        let mut stables = Vec::new();
         for partition in 0..partitions {
             let Some(p) = state.partition(&topic, partition) else {
                 violations.push(format!("partition {partition} missing from durable state"));
                 return None;
             };
-            if p.stable_high_watermark != p.high_watermark {
+            let first_pending = state.first_pending(&topic, partition);
+            let stable = first_pending.map_or(p.high_watermark, |f| f.min(p.high_watermark));
+            if p.stable_high_watermark != stable {
                 violations.push(format!(
-                    "p{partition}: replayed state has stable {} != high watermark {}",
+                    "p{partition}: replayed state has stable {} != {stable} (high watermark {}, \
+                     first pending {first_pending:?})",
                     p.stable_high_watermark, p.high_watermark
                 ));
             }
             let mut placed = Vec::with_capacity(p.index.len());
             for entry in &p.index {
-                let batches = self.identify(&state, entry, stamps, violations).await?;
+                let batches = if Self::is_pending(&state, entry.file_id) {
+                    self.identify_pending(&state, entry, stamps, violations)
+                        .await?
+                } else {
+                    self.identify(&state, entry, stamps, violations).await?
+                };
                 placed.extend(batches);
             }
             let last = placed
@@ -383,12 +398,14 @@ impl Auditor {
             self.remember(partition as usize, &placed, violations);
             log_starts.push(p.log_start_offset);
             high_watermarks.push(p.high_watermark);
+            stables.push(stable);
             out.push(placed);
         }
         Some(Shadow {
             partitions: out,
             log_starts,
             high_watermarks,
+            stables,
         })
     }
 
@@ -429,6 +446,10 @@ impl Auditor {
         }
         for batch in placed {
             let here = (partition, batch.entry.base_offset);
+            if batch.seen.id.is_filler() {
+                self.history[partition].insert(batch.entry.base_offset, *batch);
+                continue;
+            }
             let first = *self.first_place.entry(batch.seen.id).or_insert(here);
             if first != here {
                 violations.push(format!(
@@ -507,7 +528,11 @@ impl Auditor {
                     return None;
                 }
             };
-            let Some(id) = stamps.id(header.first_timestamp) else {
+            let id = if is_filler(&header) {
+                BatchId::FILLER
+            } else if let Some(id) = stamps.id(header.first_timestamp) {
+                id
+            } else {
                 violations.push(format!(
                     "batch of {} has a foreign timestamp {}",
                     entry.file_id, header.first_timestamp
@@ -556,6 +581,61 @@ impl Auditor {
     }
 }
 
+/// An empty batch with no producer: a filler an abort left (RFC 0006). Simulated clients never
+/// send empty batches.
+pub(crate) fn is_filler(header: &BatchHeader) -> bool {
+    header.records_count == 0 && header.producer_id < 0 && !header.is_control()
+}
+
+impl Auditor {
+    fn is_pending(state: &State, file_id: FileId) -> bool {
+        state
+            .pending
+            .values()
+            .flatten()
+            .any(|file| file.file_id == file_id)
+    }
+
+    /// A pending file's entry (RFC 0006): the file may be in any bucket, or none yet. In a
+    /// quorum, it is identified from a bucket that holds it; in fewer, its offsets are placed
+    /// as unreadable (a filler), so that an acknowledged batch there counts as lost.
+    async fn identify_pending(
+        &mut self,
+        state: &State,
+        entry: &IndexEntry,
+        stamps: &Stamps,
+        violations: &mut Vec<String>,
+    ) -> Option<Vec<Placed>> {
+        let key = keys::data_file(weir_common::Tier::Ingest, &entry.file_id);
+        let mut holders = Vec::new();
+        for (index, bucket) in self.raw_buckets.iter().enumerate() {
+            if bucket.head(&key).await.is_ok() {
+                holders.push(index as u8);
+            }
+        }
+        if holders.len() >= self.quorum {
+            let mut view = state.clone();
+            if let Some(meta) = view.files.get_mut(&entry.file_id) {
+                meta.buckets = holders;
+            }
+            // Checked as a confirmed file would be: every holder named has it.
+            return self.identify(&view, entry, stamps, violations).await;
+        }
+        let seen = Seen {
+            id: BatchId::UNREAD,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            count: (entry.last_offset - entry.base_offset + 1) as i32,
+        };
+        Some(vec![Placed {
+            entry: *entry,
+            seen,
+            entry_last: entry.last_offset,
+        }])
+    }
+}
+
 /// Structure of the durable log: dense offsets (gaps), each batch once (duplicates), each
 /// idempotent producer's sequences contiguous and each plain client's batches in send order
 /// (reordered). Idempotent producers are told apart by producer id, plain clients by client.
@@ -583,6 +663,7 @@ pub(crate) fn check_log(
         // Per producer: its epoch and next sequence (a new epoch restarts at 0).
         let mut next_sequence: BTreeMap<i64, (i16, i32)> = BTreeMap::new();
         let mut last_plain: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut resynced = false;
         for placed in batches {
             let entry = placed.entry;
             let seen = placed.seen;
@@ -594,6 +675,18 @@ pub(crate) fn check_log(
                 ));
             }
             next_offset = entry.last_offset + 1;
+            if seen.id == BatchId::UNREAD {
+                // A pending batch not yet in a quorum: whose sequences it holds is unknown, so
+                // every producer may continue anywhere after it.
+                next_sequence.clear();
+                resynced = true;
+                continue;
+            }
+            if seen.id.is_filler() {
+                // An aborted batch's offsets (RFC 0006): no client's batch, no sequence (the
+                // abort rolled its producer's sequences back).
+                continue;
+            }
             if let Some(first) = seen_ids.insert(seen.id, entry.base_offset) {
                 breaches.duplicated += 1;
                 violations.push(format!(
@@ -608,7 +701,7 @@ pub(crate) fn check_log(
                 let expected = match next_sequence.get(&seen.producer_id) {
                     Some((epoch, _)) if *epoch < seen.producer_epoch => 0,
                     Some((_, next)) => *next,
-                    None if start > 0 => seen.base_sequence,
+                    None if start > 0 || resynced => seen.base_sequence,
                     None => 0,
                 };
                 if seen.base_sequence != expected {

@@ -27,6 +27,25 @@ pub(crate) struct BatchId {
     pub(crate) number: u32,
 }
 
+impl BatchId {
+    /// No client's batch: the empty batch an abort leaves at a pending batch's offsets
+    /// (RFC 0006).
+    pub(crate) const FILLER: BatchId = BatchId {
+        client: u32::MAX,
+        number: u32::MAX,
+    };
+    /// To the auditor, a pending batch in too few buckets to read: not yet known.
+    pub(crate) const UNREAD: BatchId = BatchId {
+        client: u32::MAX,
+        number: u32::MAX - 1,
+    };
+
+    /// A filler or an unread pending batch: no client's batch.
+    pub(crate) fn is_filler(&self) -> bool {
+        *self == BatchId::FILLER || *self == BatchId::UNREAD
+    }
+}
+
 /// First timestamps: each batch gets its own, near the simulated wall clock (so `retention.ms`
 /// drops batches by age as it would in production), and the auditor maps a timestamp read from
 /// bucket bytes back to the batch without trusting anything the agent computed.

@@ -409,6 +409,12 @@ impl World {
             scenario.p_overlap = 0.0;
             scenario.p_held_put = 0.0;
             scenario.p_stalled_recovery = 0.0;
+            // Followers commit after upload (RFC 0006, "Clusters").
+            scenario.produce.parallel_persistence = false;
+        }
+        if scenario.append.is_some() {
+            // Pooled objects bring their own ids: commit after upload (the agent falls back).
+            scenario.produce.parallel_persistence = false;
         }
         let create_conflicts = Arc::new(AtomicU64::new(0));
         let log_bucket = bucket(

@@ -8,7 +8,7 @@ use tracing::info;
 use weir_common::{Clock, SystemClock};
 use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
-use weir_produce::{IngestWrites, ProducePipeline, ProduceSettings};
+use weir_produce::{IngestWrites, ProducePipeline, ProduceSettings, Resolver, ResolverSettings};
 use weir_server::{Broker, BrokerSettings, Server};
 use weir_storage::append::ingest::IngestLoader;
 use weir_storage::append::AppendableStore;
@@ -217,6 +217,11 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             max_file_bytes: config.produce.max_file_bytes,
             max_inflight_uploads: config.produce.max_inflight_uploads.max(1),
             upload_attempts: config.produce.upload_attempts.max(1),
+            // A cluster member commits after upload: followers do not reserve (RFC 0006,
+            // "Clusters").
+            parallel_persistence: config.produce.parallel_persistence
+                && cluster_incarnation.is_none(),
+            ack_deadline: config.produce.ack_deadline,
             ..ProduceSettings::default()
         },
         writer.clone(),
@@ -270,6 +275,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         retention: config.retention.settings().defaults,
         max_topic_labels: config.http.max_topic_labels,
     };
+    let incarnations = produce.incarnations();
     let broker = Arc::new(Broker::new(
         settings,
         control.clone(),
@@ -347,7 +353,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let sweeper = weir_control::sweep::OrphanSweeper::new(
         control.clone(),
         buckets.ingest_stores(),
-        wall_clock,
+        wall_clock.clone(),
         weir_control::sweep::SweepSettings {
             orphan_age: config.gc.orphan_age,
             interval: config.gc.sweep_interval,
@@ -355,6 +361,22 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     )
     .with_regional(regional_stores);
     let sweeping = tokio::spawn(sweeper.run(stop_rx.clone()));
+    // Always runs: pending files may come from an earlier run with parallel persistence.
+    let resolving = tokio::spawn(
+        Resolver::new(
+            control.clone(),
+            writer.clone(),
+            wall_clock,
+            incarnations,
+            ResolverSettings {
+                ack_deadline: config.produce.ack_deadline,
+                clock_skew_margin: config.produce.clock_skew_margin,
+                ..ResolverSettings::default()
+            },
+            seed,
+        )
+        .run(stop_rx.clone()),
+    );
     let group_expiry = tokio::spawn(weir_server::run_group_expiry(
         broker,
         weir_server::GroupExpirySettings {
@@ -379,6 +401,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let _ = retention.await;
     let _ = deleting.await;
     let _ = sweeping.await;
+    let _ = resolving.await;
     let _ = group_expiry.await;
     for task in compacting {
         let _ = task.await;

@@ -191,6 +191,11 @@ pub(crate) struct ProduceConfig {
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
     pub(crate) upload_attempts: u32,
+    pub(crate) parallel_persistence: bool,
+    #[serde(with = "humantime_serde")]
+    pub(crate) ack_deadline: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) clock_skew_margin: Duration,
     pub(crate) validation: Validation,
     pub(crate) max_decompressed_bytes: usize,
     #[serde(with = "humantime_serde")]

@@ -173,6 +173,13 @@ impl State {
                 abort.agent
             )));
         }
+        if abort.filler.unix_ms() < self.sweep_horizon_ms {
+            // The sweep may be deleting the filler's object: never reference it.
+            return Err(ControlError::AbortMismatch(format!(
+                "filler {} is older than the sweep horizon",
+                abort.filler
+            )));
+        }
         if self.knows_file(&abort.filler) {
             return Err(ControlError::AbortMismatch(format!(
                 "filler {} is already known",

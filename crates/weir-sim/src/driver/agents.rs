@@ -1,7 +1,9 @@
 //! Agent processes and their clients: opening incarnations (recovery), the topic, producer ids,
 //! sending produce requests and taking in what spawned tasks report back.
 
-use weir_produce::IngestWrites;
+use std::time::Duration;
+
+use weir_produce::{IngestWrites, Resolver, ResolverSettings};
 use weir_storage::append::ingest::IngestLoader;
 use weir_storage::pool::WriterPool;
 
@@ -126,7 +128,7 @@ impl World {
         let ingest = self.ingest_writes(number, &halted, &stores, clock.clone());
         let pipeline = ProducePipeline::start_with(
             self.scenario.produce.clone(),
-            writer,
+            writer.clone(),
             ingest,
             control.clone(),
             cache.clone(),
@@ -157,6 +159,23 @@ impl World {
             fetch = fetch.with_regional(Arc::new(QuorumWriter::new(vec![read], 1).expect("one")));
         }
         let deleter = self.start_deleter(control.clone(), stores.clone(), regional.clone());
+        // As the agent runs it: always, for pending files of earlier incarnations too.
+        tokio::spawn(
+            Resolver::new(
+                control.clone(),
+                writer,
+                clock.clone(),
+                pipeline.incarnations(),
+                ResolverSettings {
+                    ack_deadline: self.scenario.produce.ack_deadline,
+                    clock_skew_margin: super::scenario::SIM_SKEW_MARGIN,
+                    interval: Duration::from_millis(100),
+                },
+                // Not a draw: a new draw would shift every later one, and every seed's run.
+                u64::from(number) ^ 0x7265_736f_6c76_6572,
+            )
+            .run(deleter.subscribe()),
+        );
         self.start_sweeper(
             control.clone(),
             stores,

@@ -207,7 +207,13 @@ impl World {
                 ));
                 break;
             }
-            let Some(id) = self.stamps.id(header.first_timestamp) else {
+            let id = if crate::audit::is_filler(&header) {
+                // An aborted batch's offsets: stepped over, as Kafka consumers do.
+                self.report.fillers_read += 1;
+                BatchId::FILLER
+            } else if let Some(id) = self.stamps.id(header.first_timestamp) {
+                id
+            } else {
                 self.violation(format!("p{partition}: consumer read a foreign batch"));
                 break;
             };
@@ -347,10 +353,12 @@ impl World {
                     let Some(p) = state.partition(&topic, partition) else {
                         continue;
                     };
-                    let durable = shadow.high_watermark(partition as usize);
+                    // FET-1: never past what is durable, nor onto a pending batch (RFC 0006).
+                    let durable = shadow.stable(partition as usize);
                     if p.stable_high_watermark > durable {
                         messages.push(format!(
-                            "incarnation {number} p{partition}: stable {} beyond durable {durable}",
+                            "incarnation {number} p{partition}: stable {} beyond durable and \
+                             confirmed {durable}",
                             p.stable_high_watermark
                         ));
                     }
@@ -506,6 +514,12 @@ impl World {
         };
         let mut breaches = check_log(&shadow, &self.stamps, &mut messages);
         breaches.lost = self.check_acks(&shadow, &mut messages);
+        self.report.aborted_batches = shadow
+            .partitions
+            .iter()
+            .flatten()
+            .filter(|placed| placed.seen.id == BatchId::FILLER)
+            .count() as u64;
         for (partition, consumer) in self.consumers.iter().enumerate() {
             let end = shadow.high_watermark(partition);
             if consumer.next_offset != end {

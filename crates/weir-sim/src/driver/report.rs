@@ -79,6 +79,10 @@ pub struct SimReport {
     /// Reads by a second reader of a partition, from the main read's second batch, at the same
     /// time (cold read-ahead seeds), checked against the main read.
     pub second_reads: u64,
+    /// Parallel-persistence seeds (RFC 0006): batches the final durable log holds as an
+    /// abort's empty fillers, and fillers consumers stepped over.
+    pub aborted_batches: u64,
+    pub fillers_read: u64,
     /// Reads that found an object deleted longer than plan TTL + read deadline after planning
     /// (the read itself outlived its bound; not a breach).
     pub overtaken_reads: u64,
@@ -131,7 +135,7 @@ impl fmt::Display for SimReport {
              acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
-             held plans, {} expired, {} on a deposed writer's plans, {} second reads); {} retention passes, {} DeleteRecords, log starts moved \
+             held plans, {} expired, {} on a deposed writer's plans, {} second reads, {} fillers read); {} aborted batches; {} retention passes, {} DeleteRecords, log starts moved \
              {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages), {} agents cut off peers, {} cut off the metadata bucket, {} isolated from both, {} epochs, {} group commits ({} refused); lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
@@ -159,6 +163,8 @@ impl fmt::Display for SimReport {
             self.expired_plans,
             self.deposed_reads,
             self.second_reads,
+            self.fillers_read,
+            self.aborted_batches,
             self.retention_ticks,
             self.delete_records,
             self.log_start_advance,

@@ -127,6 +127,11 @@ impl AppendScenario {
     }
 }
 
+/// The ack deadline of parallel-persistence seeds: short, so that slow and held PUTs miss it.
+pub(super) const SIM_ACK_DEADLINE: Duration = Duration::from_secs(2);
+/// The resolver's clock-skew margin: above the ±150 ms the sweep scenarios skew clocks by.
+pub(super) const SIM_SKEW_MARGIN: Duration = Duration::from_secs(1);
+
 impl Scenario {
     pub(super) fn pick(rng: &mut fastrand::Rng) -> Scenario {
         let (buckets, quorum) = [(1, 1), (3, 2), (3, 2), (2, 2)][rng.usize(..4)];
@@ -169,6 +174,11 @@ impl Scenario {
                     max_inflight_uploads: rng.usize(1..=8),
                     upload_attempts: rng.u32(1..=3),
                     queue_depth: 1024,
+                    // From a draw above, as the target: half the seeds reserve offsets while
+                    // files upload (RFC 0006). Clusters and appendable ingest commit after
+                    // upload (see `run`).
+                    parallel_persistence: put_p50 % 2 == 1,
+                    ack_deadline: SIM_ACK_DEADLINE,
                 }
             },
             log_inflight: rng.usize(1..=4),
@@ -202,7 +212,7 @@ impl Scenario {
         format!(
             "{} bucket(s) q{}, {} partition(s), {} idempotent + {} plain clients, put p50 {:?}, \
              errors {:.0}%, ambiguous {:.0}%, metadata create conflicts {:.0}%, file ≤{} B, flush {:?}, {} upload(s) and {} log write(s) in flight, \
-             snapshot every {} slots{}; {}; {}; {}; files by {}; {}; {}; {}",
+             snapshot every {} slots{}; {}; {}; {}; files by {}{}; {}; {}; {}",
             self.buckets,
             self.quorum,
             self.partitions,
@@ -226,6 +236,11 @@ impl Scenario {
             self.sweep.describe(),
             self.expiry.describe(),
             AppendScenario::describe(&self.append),
+            if self.produce.parallel_persistence {
+                ", reserved while they upload"
+            } else {
+                ""
+            },
             LogAppendScenario::describe(&self.log_append),
             super::compaction::CompactionScenario::describe(&self.compaction),
             super::cluster::ClusterScenario::describe(&self.cluster),

@@ -1,0 +1,278 @@
+//! Parallel persistence (RFC 0006): a sealed file's offsets are reserved in the metadata log
+//! while the file uploads, and its tickets are answered once both are durable.
+//!
+//! The reserver enqueues `ReserveFile` for each file in seal order, chained like today's
+//! commits, and hands the file to the acker. The acker answers files strictly in seal order:
+//! a file's tickets are answered when its reservation is durable (the offsets) and its upload
+//! reached a quorum within `ack_deadline` of its seal (DUR-1); then it enqueues `ConfirmFiles`,
+//! which rides in a later slot. Anything else — an upload that failed or came late, a refused
+//! reservation, a failed log write — fails the file's tickets retriably and **abandons the
+//! incarnation**: every later file already reserved under it fails too (none can be answered
+//! before the failed one), and the reserver starts a new incarnation (a new chain). The
+//! abandoned incarnation's pending files are left to the resolver (`resolver.rs`), which
+//! confirms those that reached a quorum and aborts the rest once they can no longer be
+//! acknowledged. So the agent never has to decide an abort itself, and sequences roll back
+//! whole (RFC 0006, "Ack order").
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Future;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::warn;
+use weir_common::FileId;
+use weir_control::{
+    BatchOutcome, ConfirmedFile, ControlError, ControlPlane, Entry, EntryResult, FileCommit,
+};
+
+use crate::batcher::TicketSlot;
+use crate::committer::{answer_tickets, fail_tickets};
+use crate::metrics::{ProduceMetrics, Stage};
+use crate::pipeline::ProduceError;
+
+/// The upload's outcome: the indices of the buckets holding the file, or why it failed.
+pub(crate) type UploadResult = Result<Vec<usize>, String>;
+
+/// A sealed file whose upload has started.
+pub(crate) struct SealedFile {
+    pub(crate) commit: FileCommit,
+    pub(crate) tickets: Vec<TicketSlot>,
+    pub(crate) upload: oneshot::Receiver<UploadResult>,
+    pub(crate) sealed_at: Instant,
+}
+
+/// The agent's reserving incarnations: `{base}` for the first, `{base}.{n}` after `n`
+/// abandonments. Shared with the resolver, which never resolves the live one's files.
+#[derive(Debug)]
+pub struct Incarnations {
+    base: String,
+    generation: AtomicU64,
+}
+
+impl Incarnations {
+    pub fn new(base: String) -> Self {
+        Self {
+            base,
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn name(&self, generation: u64) -> String {
+        match generation {
+            0 => self.base.clone(),
+            n => format!("{}.{n}", self.base),
+        }
+    }
+
+    fn current(&self) -> (u64, String) {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (generation, self.name(generation))
+    }
+
+    /// The incarnation reserving now.
+    pub fn live(&self) -> String {
+        self.current().1
+    }
+
+    /// Ends `generation` (if it is still the live one): its unanswered files fail, and the
+    /// next reservation starts a new chain.
+    fn abandon(&self, generation: u64, why: &str) {
+        if self
+            .generation
+            .compare_exchange(
+                generation,
+                generation + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+        {
+            warn!(
+                incarnation = %self.name(generation),
+                next = %self.name(generation + 1),
+                why,
+                "abandoning the reserving incarnation; the resolver settles its pending files"
+            );
+        }
+    }
+}
+
+type Reserved = Pin<Box<dyn Future<Output = Result<EntryResult, ControlError>> + Send>>;
+
+/// A reserved file waiting to be answered.
+struct AckJob {
+    generation: u64,
+    file_id: FileId,
+    reservation: Reserved,
+    upload: oneshot::Receiver<UploadResult>,
+    tickets: Vec<TicketSlot>,
+    sealed_at: Instant,
+    reserved_at: Instant,
+}
+
+pub(crate) struct Reserver {
+    control: ControlPlane,
+    sealed: mpsc::UnboundedReceiver<SealedFile>,
+    incarnations: Arc<Incarnations>,
+    buckets: usize,
+    ack_deadline: Duration,
+    metrics: ProduceMetrics,
+}
+
+impl Reserver {
+    pub(crate) fn new(
+        control: ControlPlane,
+        incarnations: Arc<Incarnations>,
+        buckets: usize,
+        ack_deadline: Duration,
+        metrics: ProduceMetrics,
+    ) -> (Self, mpsc::UnboundedSender<SealedFile>) {
+        let (sealed_tx, sealed) = mpsc::unbounded_channel();
+        let reserver = Self {
+            control,
+            sealed,
+            incarnations,
+            buckets,
+            ack_deadline,
+            metrics,
+        };
+        (reserver, sealed_tx)
+    }
+
+    pub(crate) async fn run(mut self) {
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+        tokio::spawn(acker(
+            jobs_rx,
+            self.control.clone(),
+            self.incarnations.clone(),
+            self.ack_deadline,
+            self.metrics.clone(),
+        ));
+        let (mut chain_generation, _) = self.incarnations.current();
+        let mut tip: Option<FileId> = None;
+        while let Some(file) = self.sealed.recv().await {
+            let (generation, agent) = self.incarnations.current();
+            if generation != chain_generation {
+                // A new incarnation starts a new chain.
+                chain_generation = generation;
+                tip = None;
+            }
+            let commit = FileCommit {
+                agent,
+                previous: tip,
+                // Any ingest bucket may come to hold it; the confirmation names the holders.
+                buckets: (0..self.buckets).map(|b| b as u8).collect(),
+                ..file.commit
+            };
+            let file_id = commit.file_id;
+            let reserved_at = Instant::now();
+            match self.control.enqueue(Entry::ReserveFile(commit)).await {
+                Ok(reservation) => {
+                    tip = Some(file_id);
+                    let _ = jobs_tx.send(AckJob {
+                        generation,
+                        file_id,
+                        reservation: Box::pin(reservation),
+                        upload: file.upload,
+                        tickets: file.tickets,
+                        sealed_at: file.sealed_at,
+                        reserved_at,
+                    });
+                }
+                Err(err) => {
+                    fail_tickets(file.tickets, ProduceError::Control(err));
+                    self.incarnations
+                        .abandon(generation, "a reservation could not be enqueued");
+                }
+            }
+        }
+    }
+}
+
+/// Answers reserved files in seal order (module docs).
+async fn acker(
+    mut jobs: mpsc::UnboundedReceiver<AckJob>,
+    control: ControlPlane,
+    incarnations: Arc<Incarnations>,
+    ack_deadline: Duration,
+    metrics: ProduceMetrics,
+) {
+    while let Some(job) = jobs.recv().await {
+        let generation = job.generation;
+        if incarnations.current().0 != generation {
+            fail_tickets(job.tickets, ProduceError::EarlierFileFailed);
+            continue;
+        }
+        let reserved = job.reservation.await;
+        metrics.observe(Stage::Commit, job.reserved_at);
+        let outcomes = match reserved {
+            Ok(EntryResult::ReserveFile(outcomes)) if !refused_whole(&outcomes) => outcomes,
+            Ok(other) => {
+                let error = ControlError::Unavailable(format!("reservation refused: {other:?}"));
+                fail_tickets(job.tickets, ProduceError::Control(error));
+                incarnations.abandon(generation, "a reservation was refused");
+                continue;
+            }
+            Err(err) => {
+                fail_tickets(job.tickets, ProduceError::Control(err));
+                incarnations.abandon(generation, "a reservation's log write failed");
+                continue;
+            }
+        };
+        let deadline = job.sealed_at + ack_deadline;
+        let holders = match tokio::time::timeout_at(deadline, job.upload).await {
+            Ok(Ok(Ok(holders))) if incarnations.current().0 == generation => holders,
+            Ok(Ok(Ok(_))) => {
+                fail_tickets(job.tickets, ProduceError::EarlierFileFailed);
+                continue;
+            }
+            Ok(Ok(Err(reason))) => {
+                fail_tickets(job.tickets, ProduceError::Storage(reason));
+                incarnations.abandon(generation, "an upload failed");
+                continue;
+            }
+            Ok(Err(_)) | Err(_) => {
+                let reason = format!(
+                    "the file did not reach a quorum within the ack deadline ({ack_deadline:?})"
+                );
+                fail_tickets(job.tickets, ProduceError::Storage(reason));
+                incarnations.abandon(generation, "an upload missed the ack deadline");
+                continue;
+            }
+        };
+        weir_common::failpoint::hit(weir_common::failpoint::AFTER_COMMIT_BEFORE_ACK);
+        answer_tickets(job.tickets, &outcomes);
+        let confirm = Entry::ConfirmFiles {
+            files: vec![ConfirmedFile {
+                file_id: job.file_id,
+                buckets: holders.iter().map(|h| *h as u8).collect(),
+            }],
+        };
+        match control.enqueue(confirm).await {
+            Ok(confirmed) => {
+                let incarnations = incarnations.clone();
+                tokio::spawn(async move {
+                    if confirmed.await.is_err() {
+                        incarnations.abandon(generation, "a confirmation's log write failed");
+                    }
+                });
+            }
+            Err(_) => incarnations.abandon(generation, "a confirmation could not be enqueued"),
+        }
+    }
+}
+
+/// A reservation rejected whole did not become the chain's tip.
+fn refused_whole(outcomes: &[BatchOutcome]) -> bool {
+    outcomes.iter().any(|outcome| {
+        matches!(
+            outcome,
+            BatchOutcome::Rejected(
+                ControlError::CommitOutOfOrder { .. } | ControlError::FileTooOld { .. }
+            )
+        )
+    })
+}

@@ -1,0 +1,249 @@
+//! Parallel persistence (RFC 0006): reservations, acks, the resolver.
+
+use super::*;
+use crate::{ResolvePass, Resolver, ResolverSettings};
+use weir_protocol::batch::BatchHeader;
+
+fn parallel(ack_deadline: Duration) -> ProduceSettings {
+    ProduceSettings {
+        parallel_persistence: true,
+        ack_deadline,
+        ..file_per_ticket()
+    }
+}
+
+fn resolver(h: &Harness) -> Resolver {
+    Resolver::new(
+        h.control.clone(),
+        h.writer.clone(),
+        Arc::new(h.clock.clone()),
+        h.pipeline.incarnations(),
+        ResolverSettings::default(),
+        9,
+    )
+}
+
+fn pending_files(control: &ControlPlane) -> usize {
+    control.read(|state| state.pending.values().map(Vec::len).sum())
+}
+
+fn idempotent(topic: TopicId, producer: (i64, i16), sequence: i32, count: i32) -> ProduceTicket {
+    ticket(vec![partition_batches(
+        topic,
+        0,
+        &[count],
+        (producer.0, producer.1, sequence),
+    )])
+}
+
+/// Acknowledged once reserved and uploaded, in seal order with dense offsets; the files are
+/// then confirmed, so everything becomes readable and names the buckets that hold it.
+#[tokio::test(start_paused = true)]
+async fn test_parallel_acks_with_dense_offsets_then_confirms() {
+    let mut jittery = LatencyProfile::local();
+    jittery.name = "jittery".into();
+    jittery.put = OpLatency::millis(5, 80);
+    let h = harness(vec![jittery; 3], 2, parallel(Duration::from_secs(10))).await;
+    let topic = h
+        .control
+        .create_topic("p", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let mut outcomes = Vec::new();
+    for count in 1..=8 {
+        outcomes.push(h.pipeline.submit(single(topic, 0, count)).await);
+    }
+    let mut next = 0;
+    for (outcome, count) in futures::future::join_all(outcomes)
+        .await
+        .into_iter()
+        .zip(1..)
+    {
+        assert_eq!(outcome, vec![committed(next)]);
+        next += count;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pending_files(&h.control), 0, "every file confirmed");
+    let (high_watermark, stable, index) = partition_view(&h.control, topic, 0);
+    assert_eq!((high_watermark, stable, index.len()), (next, next, 8));
+    for entry in index {
+        let holders = h
+            .control
+            .read(|state| state.files[&entry.file_id].buckets.clone());
+        assert!(
+            holders.len() >= 2,
+            "holders named by the confirmation: {holders:?}"
+        );
+        for holder in holders {
+            let raw = &h.buckets[usize::from(holder)].raw;
+            assert!(raw.head(&file_key(entry.file_id)).await.is_ok());
+        }
+    }
+}
+
+/// An upload that cannot reach a quorum fails its tickets and leaves its file pending: a retry
+/// is refused retriably (the original may still land) until the resolver, once the file is
+/// past the ack deadline and the margin, aborts it. The offsets then hold an empty batch and
+/// the retry appends anew.
+#[tokio::test(start_paused = true)]
+async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadline() {
+    let h = harness(
+        vec![LatencyProfile::local(); 3],
+        2,
+        parallel(Duration::from_secs(10)),
+    )
+    .await;
+    let topic = h
+        .control
+        .create_topic("abort", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let producer = init_producer(&h.control).await;
+    h.buckets[1].model.set_outage(true);
+    h.buckets[2].model.set_outage(true);
+    let failed = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await;
+    assert!(
+        matches!(
+            &failed[0],
+            PartitionOutcome::Failed(ProduceError::Storage(_))
+        ),
+        "{failed:?}"
+    );
+    assert_eq!(pending_files(&h.control), 1);
+    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
+    assert_eq!(
+        (high_watermark, stable),
+        (3, 0),
+        "offsets reserved, nothing readable"
+    );
+
+    let mut resolver = resolver(&h);
+    let waiting = ResolvePass {
+        waiting: 1,
+        ..ResolvePass::default()
+    };
+    assert_eq!(
+        resolver.pass().await,
+        waiting,
+        "two buckets do not answer: unknown"
+    );
+    h.buckets[1].model.set_outage(false);
+    h.buckets[2].model.set_outage(false);
+    assert_eq!(
+        resolver.pass().await,
+        waiting,
+        "missing, but not past the deadline"
+    );
+    let retry = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await;
+    assert_eq!(
+        retry,
+        vec![PartitionOutcome::Failed(ProduceError::Control(
+            ControlError::SequencePending {
+                producer_id: producer.0
+            }
+        ))],
+        "the original may still land: the retry must wait for its outcome"
+    );
+    h.clock.advance_ms(20_001);
+    let aborted = resolver.pass().await;
+    assert_eq!(aborted.aborted, 1, "{aborted:?}");
+    assert_eq!(pending_files(&h.control), 0);
+
+    let (high_watermark, stable, index) = partition_view(&h.control, topic, 0);
+    assert_eq!((high_watermark, stable, index.len()), (3, 3, 1));
+    let filler = index[0];
+    assert_eq!(
+        (filler.base_offset, filler.last_offset, filler.len),
+        (0, 2, 61)
+    );
+    let raw = &h.buckets[0].raw;
+    let range = filler.byte_offset..filler.byte_offset + u64::from(filler.len);
+    let bytes = raw
+        .get_range(&file_key(filler.file_id), range)
+        .await
+        .unwrap();
+    let header = BatchHeader::parse(&bytes).unwrap();
+    assert_eq!((header.records_count, header.offset_span()), (0, 3));
+
+    let appended = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await;
+    assert_eq!(
+        appended,
+        vec![committed(3)],
+        "the rolled-back sequence appends anew"
+    );
+}
+
+/// A file that reached its quorum after the ack deadline is never acknowledged, but it is in a
+/// quorum, so the resolver confirms it: the retry is then a duplicate with its offset.
+#[tokio::test(start_paused = true)]
+async fn test_resolver_confirms_a_late_file_that_reached_a_quorum() {
+    let h = harness(
+        vec![fixed_put(50); 3],
+        2,
+        parallel(Duration::from_millis(10)),
+    )
+    .await;
+    let topic = h
+        .control
+        .create_topic("late", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let producer = init_producer(&h.control).await;
+    let late = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 2))
+        .await
+        .await;
+    assert!(
+        matches!(&late[0], PartitionOutcome::Failed(ProduceError::Storage(_))),
+        "{late:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        pending_files(&h.control),
+        1,
+        "in a quorum, not yet confirmed"
+    );
+    let pass = resolver(&h).pass().await;
+    assert_eq!(pass.confirmed, 1, "{pass:?}");
+    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
+    assert_eq!((high_watermark, stable), (2, 2));
+    // A retry is now a duplicate with the original's offset (this pipeline's uploads all miss
+    // its 10 ms deadline, so the retry is committed directly).
+    let retry = weir_control::FileCommit {
+        agent: "retrying".into(),
+        previous: None,
+        file_id: FileId(1),
+        size: 100,
+        buckets: vec![0],
+        batches: vec![weir_control::BatchCommit {
+            topic_id: topic,
+            partition: 0,
+            byte_offset: 0,
+            len: 100,
+            offset_span: 2,
+            first_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            base_sequence: 0,
+        }],
+    };
+    let outcome = h.control.submit(Entry::CommitFile(retry)).await.unwrap();
+    assert!(
+        matches!(&outcome, EntryResult::CommitFile(o) if matches!(o[0], weir_control::BatchOutcome::Duplicate { base_offset: 0, .. })),
+        "{outcome:?}"
+    );
+}

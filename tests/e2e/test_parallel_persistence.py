@@ -1,0 +1,92 @@
+"""Parallel persistence (RFC 0006) with real clients, on S3 (moto).
+
+With `produce.parallel_persistence`, a file's offsets are reserved in the metadata log while the
+file uploads. Here two of the three ingest buckets fail (through a fault proxy) while idempotent
+producers run: reservations are durable but their files cannot reach a quorum, so their
+produces fail retriably, the files stay pending, and once the buckets are back the resolver
+aborts them (their offsets become empty batches). The producers' retries then append anew.
+
+Afterwards nothing acknowledged is lost, duplicated or reordered (the checker), the aborted
+offsets are the only holes in the record offsets, and librdkafka (confluent-kafka, kcat) and
+kafka-python all read every partition through them to the end."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from checker import CheckedProducer, Report
+from cloud import s3_url
+from test_faults import IDEMPOTENT, PARTITIONS, acked, publish, stop_producers
+from checker import verify
+from weirtest import (ck_consume, ck_create_topics, kcat_consume, kp_consume, unique,
+                      wait_topic, wait_until)
+
+WAIT_S = 90.0
+
+
+@pytest.fixture
+def parallel_agent(agent_factory, cloud_env, moto_server, fault_proxy):
+    """(agent, proxy): three ingest buckets (quorum 2) and a metadata bucket on moto; buckets 1
+    and 2 are reached through `proxy`, bucket 0 and the metadata bucket directly."""
+    cloud_env.setenv("WEIR_PRODUCE_PARALLEL_PERSISTENCE", "true")
+    cloud_env.setenv("WEIR_PRODUCE_ACK_DEADLINE", "2s")
+    cloud_env.setenv("WEIR_PRODUCE_CLOCK_SKEW_MARGIN", "1s")
+    # An upload gives up within the outage, so its file never lands: the resolver must abort.
+    cloud_env.setenv("WEIR_PRODUCE_UPLOAD_ATTEMPTS", "1")
+    cloud_env.setenv("WEIR_STORAGE_REQUEST_TIMEOUT", "1s")
+    ingest = [moto_server.create_bucket("ingest") for _ in range(3)]
+    meta = moto_server.create_bucket("meta")
+    proxy = fault_proxy(moto_server, name="buckets-1-2")
+    direct = moto_server.endpoint
+    urls = [s3_url(ingest[0], direct), s3_url(ingest[1], proxy.endpoint),
+            s3_url(ingest[2], proxy.endpoint)]
+    args = [a for url in urls for a in ("--ingest-bucket", url)]
+    agent = agent_factory([*args, "--quorum", "2", "--metadata-bucket", s3_url(meta, direct)])
+    return agent, proxy
+
+
+def records(got_by_partition: dict) -> dict:
+    """{partition: [(offset, value)]}."""
+    return {p: [(g.offset, g.value) for g in got] for p, got in got_by_partition.items()}
+
+
+def test_files_that_never_reach_a_quorum_are_aborted_and_every_client_reads_past_them(
+        parallel_agent, kcat):
+    agent, proxy = parallel_agent
+    topic = unique("parallel")
+    ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
+    wait_topic(agent.bootstrap, topic, PARTITIONS)
+    producers = [CheckedProducer(agent.bootstrap, topic, PARTITIONS, f"p{n}", IDEMPOTENT)
+                 for n in range(2)]
+    for producer in producers:
+        producer.start()
+    wait_until(lambda: acked(producers) >= 200, WAIT_S, "acks before the outage")
+
+    proxy.set_mode("fail")
+    time.sleep(5)
+    assert "abandoning the reserving incarnation" in agent.log_text(), agent.log_tail()
+    proxy.set_mode("pass")
+    wait_until(lambda: "resolver aborted pending files" in agent.log_text(), WAIT_S,
+               "the resolver aborted the files that never reached a quorum")
+    at_heal = acked(producers)
+    wait_until(lambda: acked(producers) >= at_heal + 200, WAIT_S, "acks after the outage")
+
+    stop_producers(producers)
+    report = verify(agent.bootstrap, topic, PARTITIONS, producers,
+                    Report("parallel-persistence-two-buckets-503", 0))
+    publish(report)
+    assert report.acked >= 400
+    assert report.lost == 0, report.line()
+    assert report.duplicated == 0, report.line()
+    assert report.reordered == 0, report.line()
+    assert report.failed_deliveries == 0, report.line()
+    # The aborted files' offsets hold empty batches: holes in the record offsets, nothing else.
+    assert report.gaps > 0, report.line()
+
+    everything = records(ck_consume(agent.bootstrap, topic, range(PARTITIONS)))
+    assert records(kp_consume(agent.bootstrap, topic, range(PARTITIONS))) == everything
+    for partition in range(PARTITIONS):
+        got = [(g.offset, g.value) for g in kcat_consume(kcat, agent.bootstrap, topic, partition)]
+        assert got == everything[partition], f"kcat, partition {partition}"
