@@ -15,12 +15,16 @@ pub const AFTER_UPLOAD_BEFORE_COMMIT: &str = "after-upload-before-commit";
 pub const AFTER_COMMIT_BEFORE_ACK: &str = "after-commit-before-ack";
 /// After a metadata-log slot is durable, before it is published to readers and callers.
 pub const AFTER_LOG_WRITE_BEFORE_PUBLISH: &str = "after-log-write-before-publish";
+/// Parallel persistence (RFC 0006): after a file's reservation is durable, before its upload is
+/// awaited (it may or may not have reached a quorum yet).
+pub const AFTER_RESERVE_BEFORE_ACK: &str = "after-reserve-before-ack";
 
 /// Every fail point, for validation of specs.
 pub const FAIL_POINTS: &[&str] = &[
     AFTER_UPLOAD_BEFORE_COMMIT,
     AFTER_COMMIT_BEFORE_ACK,
     AFTER_LOG_WRITE_BEFORE_PUBLISH,
+    AFTER_RESERVE_BEFORE_ACK,
 ];
 
 struct Armed {

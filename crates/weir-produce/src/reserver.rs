@@ -222,6 +222,7 @@ async fn acker(
                 continue;
             }
         };
+        weir_common::failpoint::hit(weir_common::failpoint::AFTER_RESERVE_BEFORE_ACK);
         let deadline = job.sealed_at + ack_deadline;
         let holders = match tokio::time::timeout_at(deadline, job.upload).await {
             Ok(Ok(Ok(holders))) if incarnations.current().0 == generation => holders,
