@@ -8,6 +8,8 @@
 #
 # Not part of .ci/run: each mutation costs a rebuild. Scratch trees and their shared target dir
 # live under $WEIR_MUTANTS_DIR (default /var/tmp/weir-mutants), so rebuilds are incremental.
+# Never build a working tree into that target dir: its crates are named as the scratch trees'
+# are, so a crate whose sources are older than the last mutant's artifact keeps that mutant.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seeds="${1:-30}"

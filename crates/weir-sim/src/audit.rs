@@ -371,10 +371,16 @@ impl Auditor {
                 ));
             }
             let mut placed = Vec::with_capacity(p.index.len());
+            // Batches of pending files: not yet durable placements (an abort may still turn
+            // them into fillers, and their resends land elsewhere).
+            let mut pending = BTreeSet::new();
             for entry in &p.index {
                 let batches = if Self::is_pending(&state, entry.file_id) {
-                    self.identify_pending(&state, entry, stamps, violations)
-                        .await?
+                    let batches = self
+                        .identify_pending(&state, entry, stamps, violations)
+                        .await?;
+                    pending.extend(batches.iter().map(|b| b.entry.base_offset));
+                    batches
                 } else {
                     self.identify(&state, entry, stamps, violations).await?
                 };
@@ -395,7 +401,7 @@ impl Auditor {
                 p.high_watermark,
                 violations,
             );
-            self.remember(partition as usize, &placed, violations);
+            self.remember(partition as usize, &placed, &pending, violations);
             log_starts.push(p.log_start_offset);
             high_watermarks.push(p.high_watermark);
             stables.push(stable);
@@ -440,13 +446,19 @@ impl Auditor {
 
     /// Adds a shadow's batches to the history; a batch durable at two places is a breach even
     /// when one of them is below today's log start.
-    fn remember(&mut self, partition: usize, placed: &[Placed], violations: &mut Vec<String>) {
+    fn remember(
+        &mut self,
+        partition: usize,
+        placed: &[Placed],
+        pending: &BTreeSet<i64>,
+        violations: &mut Vec<String>,
+    ) {
         if self.history.len() <= partition {
             self.history.resize_with(partition + 1, BTreeMap::new);
         }
         for batch in placed {
             let here = (partition, batch.entry.base_offset);
-            if batch.seen.id.is_filler() {
+            if batch.seen.id.is_filler() || pending.contains(&batch.entry.base_offset) {
                 self.history[partition].insert(batch.entry.base_offset, *batch);
                 continue;
             }

@@ -265,6 +265,8 @@ struct World {
     opening: u32,
     /// Draws of faults added after the seed schedules were fixed (see `Scenario::p_overlap`).
     fault_rng: fastrand::Rng,
+    /// Lost uploads (parallel-persistence seeds): its own generator, so other seeds' runs stay.
+    lost_upload_rng: fastrand::Rng,
     /// Draws of retention, DeleteRecords and held fetch plans (their own generator).
     gc_rng: fastrand::Rng,
     /// Draws of the orphan sweep and agents' clock skews (their own generator).
@@ -484,6 +486,7 @@ impl World {
             incarnations: Vec::new(),
             opening: 0,
             fault_rng: fastrand::Rng::with_seed(seed ^ 0x6f76_6572_6c61_7021),
+            lost_upload_rng: fastrand::Rng::with_seed(seed ^ 0x6c6f_7374_7570_6c64),
             gc_rng,
             sweep_rng,
             loggc_rng: fastrand::Rng::with_seed(seed ^ 0x6c6f_6767_6321),

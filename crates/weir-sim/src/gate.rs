@@ -33,6 +33,8 @@ mod append;
 
 pub(crate) use append::GateAppendable;
 
+use weir_storage::keys;
+
 use crate::archive::LogArchive;
 use crate::ledger::DeleteLedger;
 
@@ -44,6 +46,10 @@ pub(crate) struct BucketFaults {
     /// Extra delay before every PUT only (0: none): a bucket whose writes lag, so a quorum
     /// writer's background copy can land after a later DELETE of the same file.
     pub(crate) put_lag_ms: AtomicU64,
+    /// The next this many PUTs of ingest data files fail without writing (a lost upload:
+    /// on parallel-persistence seeds a reserved file then misses its quorum while later files
+    /// land, RFC 0006).
+    pub(crate) drop_data_puts: AtomicU64,
     /// Probability that a PUT which landed reports a timeout.
     pub(crate) ambiguous_rate: f64,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -61,6 +67,7 @@ impl BucketFaults {
         BucketFaults {
             slow_ms: AtomicU64::new(0),
             put_lag_ms: AtomicU64::new(0),
+            drop_data_puts: AtomicU64::new(0),
             ambiguous_rate,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             conflict_rate: 0.0,
@@ -191,6 +198,21 @@ impl ObjectStore for Gate {
         let lag = self.faults.put_lag_ms.load(Ordering::SeqCst);
         if lag > 0 {
             tokio::time::sleep(Duration::from_millis(lag)).await;
+        }
+        let is_data = location
+            .as_ref()
+            .starts_with(keys::ingest_prefix().as_ref());
+        let dropped = is_data
+            && self
+                .faults
+                .drop_data_puts
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if dropped {
+            return Err(object_store::Error::Generic {
+                store: "sim",
+                source: "lost upload: refused without writing".into(),
+            });
         }
         let conflict = matches!(opts.mode, PutMode::Create)
             .then(|| self.faults.conflict())

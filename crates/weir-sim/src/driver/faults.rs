@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Per step, on parallel-persistence seeds with several buckets: a lost upload.
+const P_LOST_UPLOAD: f64 = 0.01;
+
 impl World {
     pub(super) fn inject_faults(&mut self) {
         let s = self.scenario.clone();
@@ -55,6 +58,24 @@ impl World {
             && self.live().count() < 2
         {
             self.start_overlap();
+        }
+        if s.produce.parallel_persistence
+            && self.buckets.len() > 1
+            && self.lost_upload_rng.f64() < P_LOST_UPLOAD
+        {
+            // Every bucket but one refuses the next few data PUTs: the files they belong to
+            // miss their quorum (and are aborted) while the files after them land.
+            let spared = self.lost_upload_rng.usize(..self.buckets.len());
+            let count = self.lost_upload_rng.u64(1..=4);
+            for (index, bucket) in self.buckets.iter().enumerate() {
+                if index != spared {
+                    bucket.faults.drop_data_puts.store(count, Ordering::SeqCst);
+                }
+            }
+            self.report.lost_uploads += 1;
+            self.event(&format!(
+                "lost upload: {count} data PUT(s) refused but in bucket {spared}"
+            ));
         }
         if self.rng.f64() < s.p_log_outage {
             let down = !self.log_bucket.model.is_down();
@@ -228,6 +249,7 @@ impl World {
             bucket.model.set_outage(false);
             bucket.faults.slow_ms.store(0, Ordering::SeqCst);
             bucket.faults.put_lag_ms.store(0, Ordering::SeqCst);
+            bucket.faults.drop_data_puts.store(0, Ordering::SeqCst);
         }
         if self.scenario.cluster.is_some() {
             // Members stay up: the cluster must settle by itself.
