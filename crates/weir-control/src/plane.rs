@@ -8,7 +8,8 @@
 //! Readers ([`ControlPlane::read`]: metadata, fetch, offset fetch, configs, the committer's chain
 //! tip) therefore only ever see durable facts: an entry whose slot write fails never becomes
 //! visible, and recovery never has to take back what readers saw. In the readable state every
-//! partition's `stable_high_watermark` equals its `high_watermark`. The cost is a second copy of
+//! partition's `stable_high_watermark` equals its `high_watermark`, or its first pending batch's
+//! base offset when that is lower (RFC 0006). The cost is a second copy of
 //! the state in memory (see `docs/architecture.md`).
 
 use std::collections::VecDeque;

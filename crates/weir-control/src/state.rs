@@ -475,6 +475,7 @@ impl State {
                 self.release_batch(entry.file_id);
             }
         }
+        self.forget_pending_of(&topic.id);
         Ok(())
     }
 
@@ -515,7 +516,8 @@ impl State {
             .batches
             .iter()
             .map(|batch| {
-                let (outcome, replaced) = self.append_batch(commit.file_id, batch, &commit.agent);
+                let (outcome, replaced) =
+                    self.append_batch(commit.file_id, batch, &commit.agent, reserve);
                 if let (true, BatchOutcome::Appended { base_offset, .. }) = (reserve, &outcome) {
                     pending.push(PendingBatch {
                         topic_id: batch.topic_id,
@@ -562,6 +564,7 @@ impl State {
         file_id: FileId,
         batch: &BatchCommit,
         agent: &str,
+        reserve: bool,
     ) -> (BatchOutcome, Option<ReplacedProducer>) {
         let rejected = |error| (BatchOutcome::Rejected(error), None);
         let Some(name) = self.topic_names_by_id.get(&batch.topic_id) else {
@@ -627,7 +630,8 @@ impl State {
                     producer_id: batch.producer_id,
                 });
             }
-            before = Some(producer.cloned());
+            // What an abort restores: only a reservation's batches can be aborted.
+            before = Some(producer.filter(|_| reserve).cloned());
             match check_sequence(partition, batch) {
                 SequenceCheck::Accept => {}
                 SequenceCheck::Duplicate(base_offset) => {
@@ -672,7 +676,7 @@ impl State {
                     .insert(batch.producer_id, batch.producer_epoch);
             }
             self.producer_active(batch.producer_id, file_id.unix_ms());
-            replaced = Some(ReplacedProducer {
+            replaced = reserve.then_some(ReplacedProducer {
                 producer_id: batch.producer_id,
                 before,
                 revived_epoch: revived.then_some(batch.producer_epoch),

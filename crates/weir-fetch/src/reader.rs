@@ -164,7 +164,11 @@ impl FetchReader {
             };
             let high_watermark = partition.stable_high_watermark;
             let log_start_offset = partition.log_start_offset;
-            if offset < log_start_offset || offset > high_watermark {
+            // Out of range only past every assigned offset. Between the stable and the assigned
+            // high watermark (offsets of files reserved but not yet confirmed, RFC 0006) the
+            // answer is empty, as Kafka answers a fetch between its high watermark and log end:
+            // a producer already has those offsets, and a consumer may seek to them.
+            if offset < log_start_offset || offset > partition.high_watermark {
                 return Err(FetchError::OffsetOutOfRange {
                     offset,
                     log_start_offset,

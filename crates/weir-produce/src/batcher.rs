@@ -296,6 +296,8 @@ impl Batcher {
         }
         // The id on the PUT path; a pooled item brings its own.
         let file_id = FileId::new(self.clock.now_ms(), &mut self.rng);
+        // With the id's time: the ack deadline runs from here (RFC 0006).
+        let sealed_at = Instant::now();
         let encoded = file.builder.finish();
         self.metrics.file_size.observe(encoded.total_len as f64);
         let mut section_starts: HashMap<SectionKey, usize> = HashMap::new();
@@ -351,7 +353,7 @@ impl Batcher {
                     commit,
                     tickets,
                     upload,
-                    sealed_at: Instant::now(),
+                    sealed_at,
                 });
                 (None, Some(done))
             }
@@ -375,7 +377,7 @@ impl Batcher {
             } else if let Some(done) = parallel {
                 // The PUT path writes the id chosen at seal, which the reservation names.
                 debug_assert_eq!(file_id, commit_id);
-                let _ = done.send(result);
+                let _ = done.send((result, Instant::now()));
             }
         });
     }

@@ -33,8 +33,9 @@ use crate::committer::{answer_tickets, fail_tickets};
 use crate::metrics::{ProduceMetrics, Stage};
 use crate::pipeline::ProduceError;
 
-/// The upload's outcome: the indices of the buckets holding the file, or why it failed.
-pub(crate) type UploadResult = Result<Vec<usize>, String>;
+/// The upload's outcome (the indices of the buckets holding the file, or why it failed), and
+/// when it was known.
+pub(crate) type UploadResult = (Result<Vec<usize>, String>, Instant);
 
 /// A sealed file whose upload has started.
 pub(crate) struct SealedFile {
@@ -224,18 +225,23 @@ async fn acker(
         };
         weir_common::failpoint::hit(weir_common::failpoint::AFTER_RESERVE_BEFORE_ACK);
         let deadline = job.sealed_at + ack_deadline;
+        // The deadline is judged by when the upload reached its quorum, not by when this loop
+        // got to the file: a file that landed late must never be acknowledged, however soon
+        // after its result is read (the resolver may abort what was missing past it).
         let holders = match tokio::time::timeout_at(deadline, job.upload).await {
-            Ok(Ok(Ok(holders))) if incarnations.current().0 == generation => holders,
-            Ok(Ok(Ok(_))) => {
-                fail_tickets(job.tickets, ProduceError::EarlierFileFailed);
-                continue;
+            Ok(Ok((Ok(holders), landed_at))) if landed_at <= deadline => {
+                if incarnations.current().0 != generation {
+                    fail_tickets(job.tickets, ProduceError::EarlierFileFailed);
+                    continue;
+                }
+                holders
             }
-            Ok(Ok(Err(reason))) => {
+            Ok(Ok((Err(reason), _))) => {
                 fail_tickets(job.tickets, ProduceError::Storage(reason));
                 incarnations.abandon(generation, "an upload failed");
                 continue;
             }
-            Ok(Err(_)) | Err(_) => {
+            Ok(Ok((Ok(_), _))) | Ok(Err(_)) | Err(_) => {
                 let reason = format!(
                     "the file did not reach a quorum within the ack deadline ({ack_deadline:?})"
                 );

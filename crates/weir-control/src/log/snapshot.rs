@@ -52,8 +52,10 @@ pub const MAX_SNAPSHOT_CHUNK_BYTES: usize = 64 << 20;
 pub const MAX_CHUNK_PUTS: usize = 4;
 /// Chunk GETs in flight while a snapshot is read.
 pub const MAX_CHUNK_GETS: usize = 8;
-/// The body layout this build writes and reads (`Manifest::format`).
-const SNAPSHOT_FORMAT: u16 = 1;
+/// The newest body layout this build reads (`Manifest::format`). 2: the `small` section may hold
+/// pending files (RFC 0006). A snapshot is written at the oldest format that holds its state,
+/// so a build that would drop pending files (and serve their batches) refuses the snapshot.
+const SNAPSHOT_FORMAT: u16 = 2;
 
 /// The manifest of a binary snapshot: what its chunks must be and how the body is laid out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,7 +237,7 @@ impl LogStore {
             }
         }
         let manifest = Manifest {
-            format: SNAPSHOT_FORMAT,
+            format: if layout.pending { 2 } else { 1 },
             chunks: layout.chunks,
             sections: layout.sections,
         };

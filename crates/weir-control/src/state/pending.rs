@@ -148,7 +148,7 @@ impl State {
     }
 
     /// Applies an `AbortFiles`: checks that it names the agent's last pending files in order
-    /// and a filler batch for each of their batches still indexed, then moves each batch to the
+    /// and a filler batch for each of their pending batches, then moves each batch to the
     /// filler, rolls producer states back (last batch first) and releases the files.
     pub(super) fn abort_files(&mut self, abort: &FileAbort) -> Result<usize, ControlError> {
         let queue = self
@@ -233,6 +233,23 @@ impl State {
             self.release_unused_file(abort.filler, meta);
         }
         Ok(moved)
+    }
+
+    /// A deleted topic's batches leave `pending` (no reader will ever ask for them, and no
+    /// abort could name a filler for them); a file left without batches leaves it too.
+    pub(super) fn forget_pending_of(&mut self, topic_id: &TopicId) {
+        if !self.pending_by_partition.keys().any(|(t, _)| t == topic_id) {
+            return;
+        }
+        for files in self.pending.values_mut() {
+            for file in files.iter_mut() {
+                file.batches.retain(|batch| batch.topic_id != *topic_id);
+            }
+            files.retain(|file| !file.batches.is_empty());
+        }
+        self.pending.retain(|_, files| !files.is_empty());
+        self.pending_by_partition
+            .retain(|(topic, _), _| topic != topic_id);
     }
 
     /// Points a pending batch's index entry at its filler (if retention or a topic deletion

@@ -430,3 +430,59 @@ async fn test_read_ahead_skips_batches_cached_one_by_one() {
         "every batch was in the cache"
     );
 }
+
+/// Offsets of a reserved file not yet confirmed (RFC 0006) are assigned but unreadable: a fetch
+/// there is answered empty, as Kafka answers one between its high watermark and log end; only
+/// past every assigned offset is it out of range.
+#[tokio::test]
+async fn test_a_fetch_between_the_stable_and_the_assigned_high_watermark_is_empty() {
+    let control = ControlPlane::open(
+        Arc::new(InMemory::new()),
+        ControlPlaneSettings::default(),
+        1,
+    )
+    .await
+    .unwrap();
+    let topic = control
+        .create_topic("t", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let reserve = weir_control::Entry::ReserveFile(weir_control::FileCommit {
+        agent: "a".into(),
+        previous: None,
+        file_id: weir_common::FileId(7),
+        size: 100,
+        buckets: vec![0],
+        batches: vec![weir_control::BatchCommit {
+            topic_id: topic,
+            partition: 0,
+            byte_offset: 0,
+            len: 100,
+            offset_span: 3,
+            first_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        }],
+    });
+    control.submit(reserve).await.unwrap();
+    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
+    let reader = FetchReader::new(control, writer, Arc::new(ReadCache::new(1 << 20)));
+    for offset in [0, 2, 3] {
+        let plan = reader.plan(&topic, 0, offset, 1 << 20, true).unwrap();
+        assert!(
+            plan.entries.is_empty(),
+            "offset {offset}: nothing readable yet"
+        );
+        assert_eq!(
+            plan.high_watermark, 0,
+            "the stable high watermark is reported"
+        );
+    }
+    assert!(matches!(
+        reader.plan(&topic, 0, 4, 1 << 20, true),
+        Err(FetchError::OffsetOutOfRange { .. })
+    ));
+}

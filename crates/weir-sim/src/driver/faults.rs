@@ -5,6 +5,9 @@ use super::*;
 
 /// Per step, on parallel-persistence seeds with several buckets: a lost upload.
 const P_LOST_UPLOAD: f64 = 0.01;
+/// Per step, on parallel-persistence seeds: every data bucket's PUTs start (or stop) landing
+/// late.
+const P_SLOW_UPLOADS: f64 = 0.01;
 
 impl World {
     pub(super) fn inject_faults(&mut self) {
@@ -76,6 +79,22 @@ impl World {
             self.event(&format!(
                 "lost upload: {count} data PUT(s) refused but in bucket {spared}"
             ));
+        }
+        if s.produce.parallel_persistence && self.lost_upload_rng.f64() < P_SLOW_UPLOADS {
+            // Data PUTs land late on every bucket for a while (or stop lagging): reserved files
+            // stay missing for hundreds of milliseconds, so a writer that took over resolves
+            // files its predecessor may still get a quorum for and acknowledge.
+            let lagging = self.buckets[0].faults.put_lag_ms.load(Ordering::SeqCst) > 0;
+            let lag = if lagging {
+                0
+            } else {
+                self.report.slow_uploads += 1;
+                self.lost_upload_rng.u64(200..=1_500)
+            };
+            for bucket in &self.buckets {
+                bucket.faults.put_lag_ms.store(lag, Ordering::SeqCst);
+            }
+            self.event(&format!("slow uploads: data PUTs land {lag} ms late"));
         }
         if self.rng.f64() < s.p_log_outage {
             let down = !self.log_bucket.model.is_down();

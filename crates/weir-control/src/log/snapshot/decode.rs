@@ -22,7 +22,7 @@ fn unreadable(reason: impl Into<String>) -> ReadFailure {
 /// Checks what the manifest says before any chunk is read: a known format, and sections that
 /// tile the body (the chunks' total) in order: `small`, `files`, then index sections.
 pub(super) fn check_manifest(manifest: &Manifest) -> Result<(), ReadFailure> {
-    if manifest.format != SNAPSHOT_FORMAT {
+    if !(1..=SNAPSHOT_FORMAT).contains(&manifest.format) {
         return Err(unreadable(format!(
             "snapshot format {} (this build reads {SNAPSHOT_FORMAT})",
             manifest.format

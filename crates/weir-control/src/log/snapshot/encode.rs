@@ -36,6 +36,8 @@ pub(super) enum EncodeError {
 pub(super) struct BodyLayout {
     pub(super) chunks: Vec<ChunkInfo>,
     pub(super) sections: Vec<Section>,
+    /// The state holds pending files (manifest format 2).
+    pub(super) pending: bool,
 }
 
 /// Encodes the snapshot body of `state` and `fence`, handing each chunk of at most
@@ -78,6 +80,7 @@ pub(super) fn encode_body(
     Ok(BodyLayout {
         chunks: out.chunks,
         sections,
+        pending: state.has_pending(),
     })
 }
 

@@ -318,8 +318,9 @@ async fn test_snapshot_manifests_that_do_not_tile_the_body_are_refused() {
     let manifest = manifest(&log, 8).await;
     assert!(decode::check_manifest(&manifest).is_ok());
     let mut broken = Vec::new();
+    assert_eq!(manifest.format, 2, "rich_state holds a pending file");
     let mut m = manifest.clone();
-    m.format = 2;
+    m.format = 3;
     broken.push(m);
     let mut m = manifest.clone();
     m.sections.swap(0, 1);
@@ -488,4 +489,19 @@ async fn test_gc_deletes_chunks_without_a_manifest_and_of_collected_snapshots() 
     let replayed = log.replay().await.unwrap();
     assert_eq!(replayed.snapshot_seq, Some(6));
     assert_eq!(json(&replayed.state), json(&state));
+}
+
+/// A state without pending files is written in format 1, which builds from before RFC 0006
+/// read; one with pending files in format 2, which they refuse rather than drop the files.
+#[tokio::test]
+async fn test_snapshot_format_is_the_oldest_that_holds_the_state() {
+    let store = Arc::new(InMemory::new());
+    let log = LogStore::new(store.clone(), 1);
+    let mut state = rich_state(3);
+    log.write_snapshot(3, 8, &state, &fence()).await.unwrap();
+    assert_eq!(manifest(&log, 8).await.format, 2);
+    state.pending.clear();
+    state.rebuild_indexes();
+    log.write_snapshot(3, 9, &state, &fence()).await.unwrap();
+    assert_eq!(manifest(&log, 9).await.format, 1);
 }

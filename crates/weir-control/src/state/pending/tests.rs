@@ -583,3 +583,43 @@ proptest! {
         }
     }
 }
+
+/// A deleted topic's pending batches leave `pending`: no abort could name a filler for them, so
+/// they would otherwise hold their incarnation's later files (on other topics) back for ever.
+#[test]
+fn test_deleting_a_topic_forgets_its_pending_batches() {
+    let mut state = state();
+    let other = TopicId([0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    state.apply(&Entry::CreateTopic {
+        name: "u".into(),
+        topic_id: other,
+        partitions: 1,
+        configs: BTreeMap::new(),
+    });
+    let on_other = BatchCommit {
+        topic_id: other,
+        ..batch(0, 2, (0, 0), -1)
+    };
+    reserve(
+        &mut state,
+        file_commit("a", 1, vec![batch(0, 1, (0, 0), -1)]),
+    );
+    reserve(
+        &mut state,
+        file_commit("a", 2, vec![batch(1, 1, (0, 0), -1), on_other]),
+    );
+    reserve(&mut state, file_commit("a", 3, vec![on_other]));
+    state.apply_durable(&Entry::DeleteTopic { name: "t".into() });
+    let left: Vec<(FileId, usize)> = state.pending["a"]
+        .iter()
+        .map(|file| (file.file_id, file.batches.len()))
+        .collect();
+    assert_eq!(left, [(file("a", 2), 1), (file("a", 3), 1)]);
+    let entry = abort_entry(&state, "a", &[file("a", 2), file("a", 3)]);
+    assert_eq!(
+        abort(&mut state, entry),
+        Ok(2),
+        "the rest can still be aborted"
+    );
+    assert!(!state.has_pending());
+}
