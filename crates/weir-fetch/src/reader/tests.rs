@@ -100,6 +100,22 @@ impl ObjectStore for CountingStore {
     }
 }
 
+/// A control plane on an in-memory log with one topic "t" of one partition.
+async fn control_with_topic() -> (ControlPlane, TopicId) {
+    let control = ControlPlane::open(
+        Arc::new(InMemory::new()),
+        ControlPlaneSettings::default(),
+        1,
+    )
+    .await
+    .unwrap();
+    let topic = control
+        .create_topic("t", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    (control, topic)
+}
+
 /// A partition over one bucket (GETs take 100 ms of the paused clock, counted by the returned
 /// store), filled with one committed ticket per entry of `tickets`, each a list of batch
 /// timestamps. `max_file_bytes` 1 makes every ticket its own file.
@@ -121,17 +137,7 @@ async fn partition_with(
     });
     let bucket: Arc<dyn ObjectStore> = counting.clone();
     let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
-    let control = ControlPlane::open(
-        Arc::new(InMemory::new()),
-        ControlPlaneSettings::default(),
-        1,
-    )
-    .await
-    .unwrap();
-    let topic = control
-        .create_topic("t", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
+    let (control, topic) = control_with_topic().await;
     let cache = Arc::new(ReadCache::new(cache_bytes));
     let pipeline = ProducePipeline::start(
         ProduceSettings {
@@ -436,17 +442,7 @@ async fn test_read_ahead_skips_batches_cached_one_by_one() {
 /// past every assigned offset is it out of range.
 #[tokio::test]
 async fn test_a_fetch_between_the_stable_and_the_assigned_high_watermark_is_empty() {
-    let control = ControlPlane::open(
-        Arc::new(InMemory::new()),
-        ControlPlaneSettings::default(),
-        1,
-    )
-    .await
-    .unwrap();
-    let topic = control
-        .create_topic("t", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
+    let (control, topic) = control_with_topic().await;
     let reserve = weir_control::Entry::ReserveFile(weir_control::FileCommit {
         agent: "a".into(),
         previous: None,
