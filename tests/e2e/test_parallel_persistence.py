@@ -22,8 +22,8 @@ from cloud import s3_url
 from test_faults import (IDEMPOTENT, PARTITIONS, acked, assert_failpoint_abort, publish,
                          start_producers, stop_producers)
 from checker import verify
-from weirtest import (ck_consume, ck_create_topics, kcat_consume, kp_consume, unique,
-                      wait_topic, wait_until)
+from weirtest import (ck_consume, ck_create_topics, ck_watermarks, kcat_consume, kp_consume,
+                      unique, wait_topic, wait_until)
 
 WAIT_S = 90.0
 
@@ -54,6 +54,21 @@ def settle(agent, topic: str, producers, report: Report) -> Report:
     or reordered, every delivery succeeded (librdkafka retries until message.timeout.ms). Holes
     in the record offsets are allowed: aborted files leave empty batches."""
     stop_producers(producers)
+    # A record is readable once its file is confirmed, and after a crash a file that never
+    # landed holds its partition's later records back until the resolver aborts it (up to the
+    # ack deadline plus the clock-skew margin): wait until every acknowledged offset is below
+    # its partition's high watermark, then read.
+    last = {}
+    for producer in producers:
+        with producer.lock:
+            for partition, offset, _ in producer.acked:
+                last[partition] = max(last.get(partition, -1), offset)
+
+    def readable() -> bool:
+        marks = ck_watermarks(agent.bootstrap, topic, range(PARTITIONS))
+        return all(marks[p][1] > offset for p, offset in last.items())
+
+    wait_until(readable, WAIT_S, "every acknowledged record readable")
     verify(agent.bootstrap, topic, PARTITIONS, producers, report)
     publish(report)
     assert report.acked >= 400
