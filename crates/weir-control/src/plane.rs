@@ -23,7 +23,7 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::{error, info, warn};
-use weir_common::{Backoff, Clock, SystemClock, TopicId};
+use weir_common::{Backoff, Clock, FileId, SystemClock, TopicId};
 
 use crate::entry::{Entry, EntryResult};
 use crate::link::{ControlLink, DurableRecord, Forwarded, LeaderStatus};
@@ -36,8 +36,11 @@ use weir_storage::append::AppendableStore;
 mod cluster;
 mod recovery;
 mod registry;
+mod served;
 mod snapshot;
 mod writer;
+
+pub use served::{Served, ServedChanges};
 
 use cluster::LeaseTask;
 pub use registry::{AgentInfo, Registration};
@@ -198,6 +201,8 @@ pub struct ControlPlane {
     leaving: Arc<AtomicBool>,
     /// While following: the connection to the leader (the registrar heartbeats on it).
     leader_conn: LeaderConnSlot,
+    /// Pending files this agent acknowledged, served before their confirmation is durable.
+    acknowledged: Arc<served::Acknowledged>,
 }
 
 impl std::fmt::Debug for Command {
@@ -290,6 +295,7 @@ impl ControlPlane {
             registration,
             leaving: Arc::default(),
             leader_conn,
+            acknowledged: Arc::default(),
         };
         if let Some(cluster) = cluster {
             if let Some(info) = cluster.agent.clone() {
@@ -486,6 +492,47 @@ impl ControlPlane {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         reader(&guard)
+    }
+
+    /// Reads the durable state as this agent serves it to consumers: with the pending files it
+    /// acknowledged readable (see [`Served`]). Never hold the closure across an await.
+    pub fn read_served<R>(&self, reader: impl FnOnce(Served<'_>) -> R) -> R {
+        let guard = self
+            .state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.acknowledged.with(&guard, reader)
+    }
+
+    /// Serves a pending file this agent acknowledged (its reservation durable, `holders` a
+    /// quorum) until [`Self::forget_acknowledged`].
+    pub fn serve_acknowledged(&self, file_id: FileId, holders: Vec<u8>) {
+        self.acknowledged.insert(file_id, holders);
+    }
+
+    /// Stops serving `file_id` from this agent's own knowledge (its confirmation's slot is
+    /// settled: durable, so the state serves it, or failed, so the resolver will confirm it).
+    pub fn forget_acknowledged(&self, file_id: &FileId) {
+        self.acknowledged.remove(file_id);
+    }
+
+    /// Waits until the durable log holds the confirmations of every file this agent serves
+    /// from its own knowledge now, so the stable view covers what its consumers were shown (an
+    /// operation bounded by the stable high watermark, DeleteRecords); `false` if `deadline`
+    /// came first.
+    pub async fn settle_acknowledged(&self, deadline: tokio::time::Instant) -> bool {
+        self.acknowledged.settle(deadline).await
+    }
+
+    /// How many acknowledged files wait for their confirmation
+    /// (`weir_acknowledged_unconfirmed_files`).
+    pub fn acknowledged_unconfirmed(&self) -> usize {
+        self.acknowledged.len()
+    }
+
+    /// Wakes when what [`Self::read_served`] shows may have grown (fetch long-poll wake-up).
+    pub fn subscribe_served(&self) -> ServedChanges {
+        ServedChanges::new(self.durable_seq.clone(), self.acknowledged.subscribe())
     }
 
     /// A receiver that changes whenever a log slot becomes durable (fetch long-poll wake-up).

@@ -1,8 +1,10 @@
 //! The fetch path: index lookup in the control-plane state, ranged reads (cache first; files this
 //! agent just uploaded are already cached), `baseOffset` / `partitionLeaderEpoch` rewrite.
 //!
-//! It never returns data at or above the stable high watermark, nor below the log start offset
-//! (FET-1). Long-polling lives with the caller, woken by [`weir_control::ControlPlane::subscribe`].
+//! It never returns data at or above the high watermark this agent serves (the stable one, or
+//! past it over pending files this agent acknowledged: `weir_control::plane::Served`), nor
+//! below the log start offset (FET-1). Long-polling lives with the caller, woken by
+//! [`weir_control::ControlPlane::subscribe_served`].
 
 mod inflight;
 mod readahead;

@@ -7,7 +7,7 @@
 //! `window` bytes of such a partition loading into the read cache while the consumer works
 //! through the current ones:
 //!
-//! * A fetch whose plan ends below the stable high watermark claims its reader's window: the
+//! * A fetch whose plan ends below the served high watermark claims its reader's window: the
 //!   frontier of the partition whose last window it ends in (up to four readers per partition,
 //!   e.g. consumer groups at different offsets). Once half-way through that window it reads on
 //!   from the frontier to `end + window`; before that it reads nothing ahead. A fetch in no
@@ -19,7 +19,7 @@
 //!   through a small cache turn it over faster than this consumer reads. The partition's window
 //!   then halves (down to a sixteenth), and grows back by an eighth per window read in time,
 //!   so a slow consumer does not pay for its windows twice.
-//! * The window is planned under the state lock like a fetch (never at or above the stable
+//! * The window is planned under the state lock like a fetch (never at or above the served
 //!   high watermark, FET-1), coalesced into one range per run of a file like a fetch, and
 //!   batches the cache already holds (each fresh batch is its own cache entry) are skipped.
 //! * Loads go through the fetch's own reads ([`FetchReader::read_range`]): a fetch arriving

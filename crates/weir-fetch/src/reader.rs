@@ -9,6 +9,7 @@ use object_store::path::Path;
 use tokio::time::Instant;
 use tracing::debug;
 use weir_common::{FileId, Tier, TopicId};
+use weir_control::plane::Served;
 use weir_control::{ControlPlane, IndexEntry};
 use weir_protocol::batch::{rewrite_offsets, BatchHeader};
 use weir_storage::{keys, QuorumWriter, ReadCache};
@@ -157,12 +158,14 @@ impl FetchReader {
         max_bytes: usize,
         at_least_one: bool,
     ) -> Result<ReadPlan, FetchError> {
-        self.control.read(|state| {
+        self.control.read_served(|served| {
+            let state = served.state();
             let partition_index = partition;
             let Some(partition) = state.partition(topic_id, partition) else {
                 return Err(FetchError::UnknownTopicOrPartition);
             };
-            let high_watermark = partition.stable_high_watermark;
+            // The stable high watermark, or past it over files this agent acknowledged.
+            let high_watermark = served.high_watermark(topic_id, partition_index, partition);
             let log_start_offset = partition.log_start_offset;
             // Out of range only past every assigned offset. Between the stable and the assigned
             // high watermark (offsets of files reserved but not yet confirmed, RFC 0006) the
@@ -175,7 +178,14 @@ impl FetchReader {
                     high_watermark,
                 });
             }
-            let entries = planned_entries(state, partition, offset, max_bytes, at_least_one);
+            let entries = planned_entries(
+                &served,
+                partition,
+                high_watermark,
+                offset,
+                max_bytes,
+                at_least_one,
+            );
             Ok(ReadPlan {
                 planned_at: Instant::now(),
                 topic_id: *topic_id,
@@ -393,9 +403,18 @@ impl FetchReader {
         // At least one entry: a batch larger than the window is still read ahead.
         let entries = self
             .control
-            .read(|state| {
-                let partition = state.partition(&plan.topic_id, plan.partition)?;
-                Some(planned_entries(state, partition, end, window, true))
+            .read_served(|served| {
+                let partition = served.state().partition(&plan.topic_id, plan.partition)?;
+                let high_watermark =
+                    served.high_watermark(&plan.topic_id, plan.partition, partition);
+                Some(planned_entries(
+                    &served,
+                    partition,
+                    high_watermark,
+                    end,
+                    window,
+                    true,
+                ))
             })
             .unwrap_or_default();
         let trigger = half_way(&entries, window);
@@ -436,11 +455,12 @@ impl FetchReader {
     }
 }
 
-/// The index entries from `offset` up to `max_bytes` below the stable high watermark, each
-/// with where its file is (at least one entry if `at_least_one`).
+/// The index entries from `offset` up to `max_bytes` below `high_watermark` (what this agent
+/// serves), each with where its file is (at least one entry if `at_least_one`).
 fn planned_entries(
-    state: &weir_control::State,
+    served: &Served<'_>,
     partition: &weir_control::PartitionState,
+    high_watermark: i64,
     offset: i64,
     max_bytes: usize,
     at_least_one: bool,
@@ -451,7 +471,7 @@ fn planned_entries(
     let mut entries = Vec::new();
     let mut bytes = 0usize;
     for entry in partition.index.iter_from(first) {
-        if entry.base_offset >= partition.stable_high_watermark {
+        if entry.base_offset >= high_watermark {
             break;
         }
         let fits = bytes + entry.len as usize <= max_bytes;
@@ -459,12 +479,17 @@ fn planned_entries(
         if !(fits || must_take_first) {
             break;
         }
-        let location = state
+        let location = served
+            .state()
             .files
             .get(&entry.file_id)
             .map(|meta| Location {
                 tier: meta.tier,
-                holders: meta.buckets.clone(),
+                // A pending file's reservation names every bucket; the acknowledgement knew
+                // which hold it.
+                holders: served
+                    .acknowledged_holders(&entry.file_id)
+                    .map_or_else(|| meta.buckets.clone(), <[u8]>::to_vec),
             })
             .unwrap_or_default();
         bytes += entry.len as usize;

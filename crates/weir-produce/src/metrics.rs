@@ -38,6 +38,7 @@ pub struct ProduceMetrics {
     pub(crate) file_size: Histogram,
     pub(crate) uploads_in_flight: IntGauge,
     pub(crate) upload_retries: IntCounter,
+    pub(crate) acknowledged_unconfirmed: IntGauge,
 }
 
 impl Default for ProduceMetrics {
@@ -74,6 +75,11 @@ impl ProduceMetrics {
                 "weir_upload_retries_total",
                 "File uploads attempted again after a retriable failure",
             ),
+            acknowledged_unconfirmed: gauge(
+                "weir_acknowledged_unconfirmed_files",
+                "Parallel persistence: files acknowledged and served here whose confirmation \
+                 is not durable yet",
+            ),
         }
     }
 
@@ -86,6 +92,7 @@ impl ProduceMetrics {
         registry.register(Box::new(self.files_sealed.clone()))?;
         registry.register(Box::new(self.file_size.clone()))?;
         registry.register(Box::new(self.uploads_in_flight.clone()))?;
+        registry.register(Box::new(self.acknowledged_unconfirmed.clone()))?;
         registry.register(Box::new(self.upload_retries.clone()))
     }
 

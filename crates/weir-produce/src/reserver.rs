@@ -4,8 +4,11 @@
 //! The reserver enqueues `ReserveFile` for each file in seal order, chained like today's
 //! commits, and hands the file to the acker. The acker answers files strictly in seal order:
 //! a file's tickets are answered when its reservation is durable (the offsets) and its upload
-//! reached a quorum within `ack_deadline` of its seal (DUR-1); then it enqueues `ConfirmFiles`,
-//! which rides in a later slot. Anything else — an upload that failed or came late, a refused
+//! reached a quorum within `ack_deadline` of its seal (DUR-1). It serves the file to this
+//! agent's consumers at once (an acknowledged file is never aborted, see
+//! `weir_control::plane::Served`) and hands its confirmation back to the reserver, which
+//! enqueues waiting confirmations as one `ConfirmFiles` just before the next reservation, so
+//! both share a slot, or after [`CONFIRM_LINGER`] without one. Anything else — an upload that failed or came late, a refused
 //! reservation, a failed log write — fails the file's tickets retriably and **abandons the
 //! incarnation**: every later file already reserved under it fails too (none can be answered
 //! before the failed one), and the reserver starts a new incarnation (a new chain). The
@@ -145,8 +148,10 @@ impl Reserver {
 
     pub(crate) async fn run(mut self) {
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+        let (confirms_tx, mut confirms_rx) = mpsc::unbounded_channel();
         tokio::spawn(acker(
             jobs_rx,
+            confirms_tx,
             self.control.clone(),
             self.incarnations.clone(),
             self.ack_deadline,
@@ -154,7 +159,27 @@ impl Reserver {
         ));
         let (mut chain_generation, _) = self.incarnations.current();
         let mut tip: Option<FileId> = None;
-        while let Some(file) = self.sealed.recv().await {
+        let mut confirms = Confirms::default();
+        loop {
+            let file = tokio::select! {
+                file = self.sealed.recv() => file,
+                Some(confirm) = confirms_rx.recv() => {
+                    confirms.push(confirm);
+                    continue;
+                }
+                () = sleep_until_or_never(confirms.due), if confirms.due.is_some() => {
+                    confirms.flush(&self.control, &self.incarnations, &self.metrics).await;
+                    continue;
+                }
+            };
+            let Some(file) = file else { break };
+            // Confirmations ride in the reservation's slot (enqueued just before it).
+            while let Ok(confirm) = confirms_rx.try_recv() {
+                confirms.push(confirm);
+            }
+            confirms
+                .flush(&self.control, &self.incarnations, &self.metrics)
+                .await;
             let (generation, agent) = self.incarnations.current();
             if generation != chain_generation {
                 // A new incarnation starts a new chain.
@@ -190,12 +215,87 @@ impl Reserver {
                 }
             }
         }
+        // No more files: the acker finishes what it has, then its confirmations go out.
+        drop(jobs_tx);
+        while let Some(confirm) = confirms_rx.recv().await {
+            confirms.push(confirm);
+        }
+        confirms
+            .flush(&self.control, &self.incarnations, &self.metrics)
+            .await;
+    }
+}
+
+/// How long a confirmation waits for a reservation to ride with before it takes a slot of its
+/// own: under load a file is sealed far sooner, so confirmations cost no log slot; when idle,
+/// the log's stable view (other agents, a restart, retention, `ListOffsets`) trails this
+/// agent's served view by at most this.
+pub(crate) const CONFIRM_LINGER: Duration = Duration::from_millis(50);
+
+/// Confirmations of acknowledged files waiting for a slot, with the incarnation that
+/// acknowledged each.
+#[derive(Default)]
+struct Confirms {
+    files: Vec<(u64, ConfirmedFile)>,
+    /// When the oldest of them stops waiting for a reservation.
+    due: Option<Instant>,
+}
+
+impl Confirms {
+    fn push(&mut self, confirm: (u64, ConfirmedFile)) {
+        self.files.push(confirm);
+        self.due
+            .get_or_insert_with(|| Instant::now() + CONFIRM_LINGER);
+    }
+
+    /// Enqueues one `ConfirmFiles` for every waiting file; once its slot is settled the files
+    /// leave this agent's served overlay (a failed write abandons their incarnations: the
+    /// resolver confirms the files instead).
+    async fn flush(
+        &mut self,
+        control: &ControlPlane,
+        incarnations: &Arc<Incarnations>,
+        metrics: &ProduceMetrics,
+    ) {
+        self.due = None;
+        if self.files.is_empty() {
+            return;
+        }
+        let (generations, files): (Vec<u64>, Vec<ConfirmedFile>) = self.files.drain(..).unzip();
+        let file_ids: Vec<FileId> = files.iter().map(|file| file.file_id).collect();
+        let enqueued = control.enqueue(Entry::ConfirmFiles { files }).await;
+        let (control, incarnations) = (control.clone(), incarnations.clone());
+        let gauge = metrics.acknowledged_unconfirmed.clone();
+        tokio::spawn(async move {
+            let durable = match enqueued {
+                Ok(confirmed) => confirmed.await.is_ok(),
+                Err(_) => false,
+            };
+            if !durable {
+                for generation in generations {
+                    incarnations.abandon(generation, "a confirmation's log write failed");
+                }
+            }
+            for file_id in &file_ids {
+                control.forget_acknowledged(file_id);
+            }
+            gauge.set(control.acknowledged_unconfirmed() as i64);
+        });
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
     }
 }
 
 /// Answers reserved files in seal order (module docs).
 async fn acker(
     mut jobs: mpsc::UnboundedReceiver<AckJob>,
+    confirms: mpsc::UnboundedSender<(u64, ConfirmedFile)>,
     control: ControlPlane,
     incarnations: Arc<Incarnations>,
     ack_deadline: Duration,
@@ -251,23 +351,22 @@ async fn acker(
             }
         };
         weir_common::failpoint::hit(weir_common::failpoint::AFTER_COMMIT_BEFORE_ACK);
+        let holders: Vec<u8> = holders.iter().map(|h| *h as u8).collect();
+        // Acknowledged, so certain to be confirmed: consumers here may read it now
+        // (`weir_control::plane::Served`), before the tickets are answered, so a client that
+        // reads its own write finds it.
+        control.serve_acknowledged(job.file_id, holders.clone());
+        metrics
+            .acknowledged_unconfirmed
+            .set(control.acknowledged_unconfirmed() as i64);
         answer_tickets(job.tickets, &outcomes);
-        let confirm = Entry::ConfirmFiles {
-            files: vec![ConfirmedFile {
-                file_id: job.file_id,
-                buckets: holders.iter().map(|h| *h as u8).collect(),
-            }],
+        let confirm = ConfirmedFile {
+            file_id: job.file_id,
+            buckets: holders,
         };
-        match control.enqueue(confirm).await {
-            Ok(confirmed) => {
-                let incarnations = incarnations.clone();
-                tokio::spawn(async move {
-                    if confirmed.await.is_err() {
-                        incarnations.abandon(generation, "a confirmation's log write failed");
-                    }
-                });
-            }
-            Err(_) => incarnations.abandon(generation, "a confirmation could not be enqueued"),
+        if confirms.send((generation, confirm)).is_err() {
+            // The reserver is gone (shutting down): the resolver confirms it after a restart.
+            control.forget_acknowledged(&job.file_id);
         }
     }
 }

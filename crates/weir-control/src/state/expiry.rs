@@ -31,12 +31,23 @@ impl State {
         }
     }
 
-    /// Applies `ExpireProducers`: ids idle since before `before_ms` are forgotten everywhere.
+    /// Applies `ExpireProducers`: ids idle since before `before_ms` are forgotten everywhere,
+    /// except ids with a batch in a pending file (RFC 0006). That batch may still be confirmed,
+    /// and a retry of it must be found a duplicate then, not refused as an unknown id: the
+    /// producer would bump its epoch and append the batch a second time. Its abort must find
+    /// the state it restores still there.
     pub(super) fn expire_producers(&mut self, before_ms: i64) -> usize {
+        let pending: std::collections::BTreeSet<i64> = self
+            .pending
+            .values()
+            .flatten()
+            .flat_map(|file| &file.batches)
+            .filter_map(|batch| batch.producer.as_ref().map(|p| p.producer_id))
+            .collect();
         let expired: Vec<i64> = self
             .producer_last_ms
             .iter()
-            .filter(|(_, last)| **last < before_ms)
+            .filter(|(id, last)| **last < before_ms && !pending.contains(id))
             .map(|(id, _)| *id)
             .collect();
         if expired.is_empty() {

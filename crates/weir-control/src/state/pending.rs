@@ -81,6 +81,21 @@ impl State {
             .and_then(|batches| batches.keys().next().copied())
     }
 
+    /// The base offset of the partition's first pending batch whose file `acknowledged` does
+    /// not name (what an agent serving its acknowledged files stops at, RFC 0006).
+    pub fn first_unacknowledged(
+        &self,
+        topic_id: &TopicId,
+        partition: i32,
+        acknowledged: impl Fn(&FileId) -> bool,
+    ) -> Option<i64> {
+        self.pending_by_partition
+            .get(&(*topic_id, partition))?
+            .iter()
+            .find(|(_, owner)| !acknowledged(&owner.file_id))
+            .map(|(base_offset, _)| *base_offset)
+    }
+
     /// Whether any file is pending.
     pub fn has_pending(&self) -> bool {
         self.pending.values().any(|files| !files.is_empty())

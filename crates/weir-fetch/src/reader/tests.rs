@@ -443,26 +443,7 @@ async fn test_read_ahead_skips_batches_cached_one_by_one() {
 #[tokio::test]
 async fn test_a_fetch_between_the_stable_and_the_assigned_high_watermark_is_empty() {
     let (control, topic) = control_with_topic().await;
-    let reserve = weir_control::Entry::ReserveFile(weir_control::FileCommit {
-        agent: "a".into(),
-        previous: None,
-        file_id: weir_common::FileId(7),
-        size: 100,
-        buckets: vec![0],
-        batches: vec![weir_control::BatchCommit {
-            topic_id: topic,
-            partition: 0,
-            byte_offset: 0,
-            len: 100,
-            offset_span: 3,
-            first_timestamp: 0,
-            max_timestamp: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-        }],
-    });
-    control.submit(reserve).await.unwrap();
+    control.submit(reserve(topic, 7, "a", None)).await.unwrap();
     let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let writer = Arc::new(QuorumWriter::new(vec![bucket], 1).unwrap());
     let reader = FetchReader::new(control, writer, Arc::new(ReadCache::new(1 << 20)));
@@ -481,4 +462,77 @@ async fn test_a_fetch_between_the_stable_and_the_assigned_high_watermark_is_empt
         reader.plan(&topic, 0, 4, 1 << 20, true),
         Err(FetchError::OffsetOutOfRange { .. })
     ));
+}
+
+/// A reserved file of one 3-offset batch on partition 0 (RFC 0006).
+fn reserve(topic: TopicId, file: u128, agent: &str, previous: Option<u128>) -> weir_control::Entry {
+    weir_control::Entry::ReserveFile(weir_control::FileCommit {
+        agent: agent.into(),
+        previous: previous.map(weir_common::FileId),
+        file_id: weir_common::FileId(file),
+        size: 100,
+        buckets: vec![0, 1],
+        batches: vec![weir_control::BatchCommit {
+            topic_id: topic,
+            partition: 0,
+            byte_offset: 0,
+            len: 100,
+            offset_span: 3,
+            first_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        }],
+    })
+}
+
+/// A pending file this agent acknowledged is served before its confirmation is durable, from
+/// the buckets the acknowledgement named, and only up to the first pending batch of a file it
+/// did not acknowledge (RFC 0006, "Serving acknowledged files").
+#[tokio::test]
+async fn test_acknowledged_pending_files_are_served_up_to_the_first_unacknowledged_one() {
+    let (control, topic) = control_with_topic().await;
+    control.submit(reserve(topic, 7, "a", None)).await.unwrap();
+    control.submit(reserve(topic, 8, "b", None)).await.unwrap();
+    control
+        .submit(reserve(topic, 9, "a", Some(7)))
+        .await
+        .unwrap();
+    let buckets: Vec<Arc<dyn ObjectStore>> =
+        vec![Arc::new(InMemory::new()), Arc::new(InMemory::new())];
+    let writer = Arc::new(QuorumWriter::new(buckets, 1).unwrap());
+    let reader = FetchReader::new(control.clone(), writer, Arc::new(ReadCache::new(1 << 20)));
+    let planned = |offset| {
+        let plan = reader.plan(&topic, 0, offset, 1 << 20, true).unwrap();
+        let bases: Vec<i64> = plan.base_offsets().collect();
+        (plan.high_watermark, bases)
+    };
+    assert_eq!(planned(0), (0, vec![]), "nothing acknowledged yet");
+
+    control.serve_acknowledged(weir_common::FileId(9), vec![1]);
+    assert_eq!(
+        planned(0),
+        (0, vec![]),
+        "file 7 before it is not acknowledged"
+    );
+    control.serve_acknowledged(weir_common::FileId(7), vec![1]);
+    assert_eq!(
+        planned(0),
+        (3, vec![0]),
+        "up to b's file 8, which a may not serve"
+    );
+    let plan = reader.plan(&topic, 0, 0, 1 << 20, true).unwrap();
+    assert_eq!(
+        plan.entries[0].1.holders,
+        vec![1],
+        "the acknowledged holders"
+    );
+
+    control.serve_acknowledged(weir_common::FileId(8), vec![0, 1]);
+    assert_eq!(planned(3), (9, vec![3, 6]), "all three");
+
+    control.forget_acknowledged(&weir_common::FileId(7));
+    assert_eq!(planned(0), (0, vec![]), "back to the stable view");
+    assert_eq!(control.acknowledged_unconfirmed(), 2);
 }

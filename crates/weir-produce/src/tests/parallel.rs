@@ -1,6 +1,7 @@
 //! Parallel persistence (RFC 0006): reservations, acks, the resolver.
 
 use super::*;
+use crate::reserver::CONFIRM_LINGER;
 use crate::{ResolvePass, Resolver, ResolverSettings};
 use weir_protocol::batch::BatchHeader;
 
@@ -245,5 +246,65 @@ async fn test_resolver_confirms_a_late_file_that_reached_a_quorum() {
     assert!(
         matches!(&outcome, EntryResult::CommitFile(o) if matches!(o[0], weir_control::BatchOutcome::Duplicate { base_offset: 0, .. })),
         "{outcome:?}"
+    );
+}
+
+/// The served and the stable high watermark of partition 0.
+fn served_view(control: &ControlPlane, topic_id: TopicId) -> (i64, i64) {
+    control.read_served(|served| {
+        let p = served.state().partition(&topic_id, 0).unwrap();
+        (
+            served.high_watermark(&topic_id, 0, p),
+            p.stable_high_watermark,
+        )
+    })
+}
+
+/// An acknowledged file is served on this agent before its confirmation is durable, and the
+/// confirmation then rides in the next reservation's slot; without a next one, it takes its
+/// own slot after the linger.
+#[tokio::test(start_paused = true)]
+async fn test_acknowledged_files_are_served_at_once_and_confirmations_ride_reservations() {
+    let mut slow_puts = LatencyProfile::local();
+    slow_puts.name = "slow-puts".into();
+    slow_puts.put = OpLatency::millis(20, 20);
+    let h = harness(vec![slow_puts; 3], 2, parallel(Duration::from_secs(10))).await;
+    let topic = h
+        .control
+        .create_topic("served", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let slots_before = *h.control.subscribe().borrow();
+    let files = 8;
+    let mut next = 0;
+    for count in 1..=files {
+        let outcome = h.pipeline.submit(single(topic, 0, count)).await.await;
+        assert_eq!(outcome, vec![committed(next)]);
+        next += i64::from(count);
+        let (served, stable) = served_view(&h.control, topic);
+        assert_eq!(served, next, "file {count}: served once acknowledged");
+        assert!(
+            stable < next,
+            "file {count}: its confirmation is not durable yet"
+        );
+    }
+    let slots_busy = *h.control.subscribe().borrow() - slots_before;
+    assert!(
+        slots_busy <= u64::from(files as u32),
+        "{slots_busy} slots for {files} files: confirmations rode in reservations' slots"
+    );
+    tokio::time::sleep(CONFIRM_LINGER * 2).await;
+    assert_eq!(served_view(&h.control, topic), (next, next), "confirmed");
+    assert_eq!(pending_files(&h.control), 0);
+    assert_eq!(
+        h.control.acknowledged_unconfirmed(),
+        0,
+        "the overlay emptied"
+    );
+    let slots = *h.control.subscribe().borrow() - slots_before;
+    assert_eq!(
+        slots,
+        slots_busy + 1,
+        "the last confirmation took a slot of its own"
     );
 }

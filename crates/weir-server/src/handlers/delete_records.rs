@@ -1,7 +1,8 @@
 //! DeleteRecords v0–v2 (API 21): moves partitions' log start forward (RFC 0003 §3).
 //!
-//! Each requested offset is checked against the readable state first, so that a client is
-//! answered against what consumers see: an unknown topic or partition → 3, a topic whose
+//! Each requested offset is checked against the readable state first (once the confirmations
+//! of the pending files this agent already serves are durable), so that a client is answered
+//! against what consumers see: an unknown topic or partition → 3, a topic whose
 //! `cleanup.policy` lacks `delete` → `POLICY_VIOLATION` (44, as Kafka: such a log is only ever
 //! compacted), an offset below -1 or above the stable high watermark → `OFFSET_OUT_OF_RANGE`
 //! (1); none of these is submitted. -1 ("delete everything") becomes the stable high watermark
@@ -58,6 +59,9 @@ pub(crate) async fn delete_records(
 ) -> Option<Bytes> {
     let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
     let deadline = Instant::now() + timeout;
+    // What consumers here were shown may be past the stable view by files whose confirmation
+    // is on its way (RFC 0006): wait for it, so an offset fetched is one that can be deleted.
+    broker.control.settle_acknowledged(deadline).await;
     let (checked, plans) = broker
         .control
         .read(|state| check_request(state, &request.topics));

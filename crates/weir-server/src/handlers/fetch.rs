@@ -1,6 +1,6 @@
 //! Fetch v4–v16 with long-poll: answer as soon as `min_bytes` are available or `max_wait_ms`
-//! passes, woken by durable commits. Weir hands out no fetch sessions (session id 0), so every
-//! fetch is a full fetch, which KIP-227 allows.
+//! passes, woken by durable commits and by files this agent acknowledges. Weir hands out no
+//! fetch sessions (session id 0), so every fetch is a full fetch, which KIP-227 allows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,9 +52,9 @@ pub(crate) async fn handle(
     let wait = Duration::from_millis(request.max_wait_ms.max(0) as u64)
         .min(broker.settings.max_fetch_wait);
     let deadline = Instant::now() + wait;
-    let mut commits = broker.control.subscribe();
+    let mut commits = broker.control.subscribe_served();
     loop {
-        commits.borrow_and_update();
+        commits.mark_seen();
         let read = read_all(&broker, &wanted, max_bytes, context.version).await;
         // A follower's replica trails the leader by moments (RFC 0002 §3): an offset above its
         // high watermark may be one the leader already acknowledged, so it waits (within the

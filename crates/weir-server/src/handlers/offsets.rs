@@ -66,7 +66,8 @@ pub(crate) async fn list_offsets(
     broker.read_your_writes().await;
     // Under the state lock: index lookups only.
     let mut pending = Vec::new();
-    let mut topics: Vec<ListOffsetsTopicResponse> = broker.control.read(|state| {
+    let mut topics: Vec<ListOffsetsTopicResponse> = broker.control.read_served(|served| {
+        let state = served.state();
         request
             .topics
             .iter()
@@ -102,7 +103,16 @@ pub(crate) async fn list_offsets(
                                             .get(&e.file_id)
                                             .is_none_or(|m| m.tier == Tier::Ingest)
                                 };
-                                match lookup(partition, p.timestamp, &append_time_batch) {
+                                // What fetch serves here: LATEST is where a consumer's next
+                                // fetch finds the next record.
+                                let high_watermark =
+                                    served.high_watermark(&t.id, p.partition_index, partition);
+                                match lookup(
+                                    partition,
+                                    high_watermark,
+                                    p.timestamp,
+                                    &append_time_batch,
+                                ) {
                                     Lookup::Answer(offset, timestamp) => {
                                         base.with_offset(offset).with_timestamp(timestamp)
                                     }
@@ -168,9 +178,16 @@ async fn resolve(
         // Only CreateTime lookups walk (LogAppendTime answers from the index).
         walk = broker
             .control
-            .read(|s| {
-                s.partition(topic_id, partition)
-                    .map(|p| lookup_from(p, entry.last_offset + 1, target, &|_| false))
+            .read_served(|served| {
+                let p = served.state().partition(topic_id, partition)?;
+                let high_watermark = served.high_watermark(topic_id, partition, p);
+                Some(lookup_from(
+                    p,
+                    high_watermark,
+                    entry.last_offset + 1,
+                    target,
+                    &|_| false,
+                ))
             })
             .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
     }
@@ -181,11 +198,13 @@ async fn resolve(
 /// has the batch's max timestamp), answered from the index without a read.
 fn lookup(
     partition: &PartitionState,
+    high_watermark: i64,
     target: i64,
     append_time_batch: &dyn Fn(&IndexEntry) -> bool,
 ) -> Lookup {
     lookup_from(
         partition,
+        high_watermark,
         partition.log_start_offset,
         target,
         append_time_batch,
@@ -193,14 +212,15 @@ fn lookup(
 }
 
 /// `lookup` among the records at or above `start` (the log start, or past a batch already
-/// walked).
+/// walked) and below `high_watermark` (what this agent serves: the stable high watermark, or
+/// past it over pending files it acknowledged).
 fn lookup_from(
     partition: &PartitionState,
+    high_watermark: i64,
     start: i64,
     target: i64,
     append_time_batch: &dyn Fn(&IndexEntry) -> bool,
 ) -> Lookup {
-    let high_watermark = partition.stable_high_watermark;
     let index = &partition.index;
     // Visible batches: those holding records from `start` up to the durable high watermark.
     let from = index.partition_point(|e| e.last_offset < start);
@@ -317,7 +337,8 @@ pub(crate) fn offset_for_leader_epoch(
     context: RequestContext,
     request: OffsetForLeaderEpochRequest,
 ) -> Option<Bytes> {
-    let topics = broker.control.read(|state| {
+    let topics = broker.control.read_served(|served| {
+        let state = served.state();
         request
             .topics
             .iter()
@@ -331,7 +352,7 @@ pub(crate) fn offset_for_leader_epoch(
                             .with_partition(p.partition)
                             .with_leader_epoch(-1)
                             .with_end_offset(-1);
-                        let partition = found.and_then(|t| t.partition(p.partition));
+                        let partition = found.and_then(|t| Some((t.id, t.partition(p.partition)?)));
                         match partition {
                             None => base.with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION),
                             Some(_) if p.current_leader_epoch > LEADER_EPOCH => {
@@ -339,9 +360,13 @@ pub(crate) fn offset_for_leader_epoch(
                             }
                             // Epochs above ours are unknown: undefined epoch and offset.
                             Some(_) if p.leader_epoch > LEADER_EPOCH => base,
-                            Some(partition) => base
-                                .with_leader_epoch(LEADER_EPOCH)
-                                .with_end_offset(partition.stable_high_watermark),
+                            // What fetch serves: a consumer validating a position it
+                            // fetched to must not see it past the end (a truncation).
+                            Some((topic_id, partition)) => {
+                                base.with_leader_epoch(LEADER_EPOCH).with_end_offset(
+                                    served.high_watermark(&topic_id, p.partition, partition),
+                                )
+                            }
                         }
                     })
                     .collect();
@@ -387,14 +412,29 @@ mod tests {
     #[test]
     fn test_offsets_lookup_by_timestamp_and_specials() {
         let mut p = partition();
-        assert_eq!(lookup(&p, LATEST, &|_| false), Lookup::Answer(6, -1));
-        assert_eq!(lookup(&p, EARLIEST, &|_| false), Lookup::Answer(0, -1));
-        assert_eq!(lookup(&p, 50, &|_| false), Lookup::Answer(0, 100));
-        assert_eq!(lookup(&p, 300, &|_| false), Lookup::Answer(2, 300));
-        assert_eq!(lookup(&p, 501, &|_| false), Lookup::Answer(-1, -1));
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, LATEST, &|_| false),
+            Lookup::Answer(6, -1)
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, EARLIEST, &|_| false),
+            Lookup::Answer(0, -1)
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 50, &|_| false),
+            Lookup::Answer(0, 100)
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 300, &|_| false),
+            Lookup::Answer(2, 300)
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 501, &|_| false),
+            Lookup::Answer(-1, -1)
+        );
         // Inside a batch: the batch must be read and walked.
         assert_eq!(
-            lookup(&p, 350, &|_| false),
+            lookup(&p, p.stable_high_watermark, 350, &|_| false),
             Lookup::WalkBatch {
                 entry: p.index[1],
                 target: 350,
@@ -402,7 +442,7 @@ mod tests {
             }
         );
         assert_eq!(
-            lookup(&p, MAX_TIMESTAMP, &|_| false),
+            lookup(&p, p.stable_high_watermark, MAX_TIMESTAMP, &|_| false),
             Lookup::WalkBatch {
                 entry: p.index[1],
                 target: 500,
@@ -410,10 +450,16 @@ mod tests {
             }
         );
         // LogAppendTime: every record of a batch carries its max timestamp.
-        assert_eq!(lookup(&p, 350, &|_| true), Lookup::Answer(2, 500));
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 350, &|_| true),
+            Lookup::Answer(2, 500)
+        );
         // Not yet durable batches are invisible.
         p.stable_high_watermark = 2;
-        assert_eq!(lookup(&p, 350, &|_| false), Lookup::Answer(-1, -1));
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 350, &|_| false),
+            Lookup::Answer(-1, -1)
+        );
     }
 
     /// DeleteRecords put the log start at 3, inside the batch 2–4: only its records from 3 on
@@ -427,17 +473,36 @@ mod tests {
             target,
             from_offset: 3,
         };
-        assert_eq!(lookup(&p, EARLIEST, &|_| false), Lookup::Answer(3, -1));
         assert_eq!(
-            lookup(&p, 50, &|_| false),
+            lookup(&p, p.stable_high_watermark, EARLIEST, &|_| false),
+            Lookup::Answer(3, -1)
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 50, &|_| false),
             walk(50),
             "not the deleted batch 0-1"
         );
-        assert_eq!(lookup(&p, 300, &|_| false), walk(300), "not record 2");
-        assert_eq!(lookup(&p, 350, &|_| false), walk(350));
-        assert_eq!(lookup(&p, 350, &|_| true), Lookup::Answer(3, 500));
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 300, &|_| false),
+            walk(300),
+            "not record 2"
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 350, &|_| false),
+            walk(350)
+        );
+        assert_eq!(
+            lookup(&p, p.stable_high_watermark, 350, &|_| true),
+            Lookup::Answer(3, 500)
+        );
         // After the straddling batch yields nothing: the batches after it.
-        assert_eq!(lookup_from(&p, 5, 350, &|_| false), Lookup::Answer(5, 400));
-        assert_eq!(lookup_from(&p, 5, 450, &|_| false), Lookup::Answer(-1, -1));
+        assert_eq!(
+            lookup_from(&p, p.stable_high_watermark, 5, 350, &|_| false),
+            Lookup::Answer(5, 400)
+        );
+        assert_eq!(
+            lookup_from(&p, p.stable_high_watermark, 5, 450, &|_| false),
+            Lookup::Answer(-1, -1)
+        );
     }
 }

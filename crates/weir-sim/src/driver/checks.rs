@@ -339,7 +339,8 @@ impl World {
     }
 
     /// FET-1 and CTL-1: what each live writer shows consumers (below its stable high
-    /// watermark) is exactly the durable log.
+    /// watermark) is exactly the durable log, and what it serves past that (pending files it
+    /// acknowledged) is in a quorum.
     pub(super) fn check_live_prefixes(
         &self,
         topic: TopicId,
@@ -348,11 +349,28 @@ impl World {
     ) {
         for (_, incarnation) in self.live() {
             let number = incarnation.number;
-            incarnation.control.read(|state| {
+            incarnation.control.read_served(|served| {
+                let state = served.state();
                 for partition in 0..self.scenario.partitions {
                     let Some(p) = state.partition(&topic, partition) else {
                         continue;
                     };
+                    // FET-1 past the stable bound: what an agent serves of the pending files
+                    // it acknowledged must be in a quorum (identified by the auditor).
+                    let index = partition as usize;
+                    let served_to = served.high_watermark(&topic, partition, p);
+                    let unlanded = shadow
+                        .from(index, shadow.stable(index))
+                        .iter()
+                        .take_while(|placed| placed.entry.base_offset < served_to)
+                        .find(|placed| placed.seen.id == BatchId::UNREAD);
+                    if let Some(placed) = unlanded {
+                        messages.push(format!(
+                            "incarnation {number} p{partition}: serves {} up to {served_to}, \
+                             but the pending batch at {} is in no quorum",
+                            p.stable_high_watermark, placed.entry.base_offset
+                        ));
+                    }
                     // FET-1: never past what is durable, nor onto a pending batch (RFC 0006).
                     let durable = shadow.stable(partition as usize);
                     if p.stable_high_watermark > durable {

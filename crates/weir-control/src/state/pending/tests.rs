@@ -623,3 +623,31 @@ fn test_deleting_a_topic_forgets_its_pending_batches() {
     );
     assert!(!state.has_pending());
 }
+
+/// A producer whose batch is pending does not expire: the batch may still be confirmed, and a
+/// retry must then be found a duplicate, not refused as an unknown id (the client would bump
+/// its epoch and append the batch a second time; seed 155).
+#[test]
+fn test_a_producer_with_a_pending_batch_does_not_expire() {
+    let mut state = state();
+    let pid = producer(&mut state);
+    reserve(&mut state, file_commit("a", 1, vec![batch(0, 2, pid, 0)]));
+    assert_eq!(
+        state.apply(&Entry::ExpireProducers {
+            before_ms: i64::MAX
+        }),
+        EntryResult::ExpireProducers(0)
+    );
+    assert!(state.producer_epochs.contains_key(&pid.0));
+    assert!(state.topics["t"].partitions[0]
+        .producers
+        .contains_key(&pid.0));
+    confirm(&mut state, &[file("a", 1)]);
+    assert_eq!(
+        state.apply(&Entry::ExpireProducers {
+            before_ms: i64::MAX
+        }),
+        EntryResult::ExpireProducers(1),
+        "confirmed, it expires as before"
+    );
+}
