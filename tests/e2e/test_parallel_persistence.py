@@ -22,8 +22,10 @@ from cloud import s3_url
 from test_faults import (IDEMPOTENT, PARTITIONS, acked, assert_failpoint_abort, publish,
                          start_producers, stop_producers)
 from checker import verify
-from weirtest import (ck_consume, ck_create_topics, ck_watermarks, kcat_consume, kp_consume,
-                      unique, wait_topic, wait_until)
+from confluent_kafka import TopicPartition
+from weirtest import (Rec, ck_admin, ck_consume, ck_consumer, ck_create_topics, ck_produce,
+                      ck_producer, ck_watermarks, kcat_consume, kp_consume, unique, wait_topic,
+                      wait_until)
 
 WAIT_S = 90.0
 
@@ -142,3 +144,46 @@ def test_crash_between_a_reservation_and_its_upload(agent_factory, monkeypatch, 
     report = Report(f"parallel-failpoint:{point}@{hit}", hit)
     report.crashes = 1
     settle(agent, topic, producers, report)
+
+
+def test_a_client_lists_reads_and_deletes_its_writes_at_once(agent_factory, monkeypatch):
+    """The agent serves a file from the moment it acknowledged it, before the log confirms it
+    (RFC 0006, "Serving acknowledged files"; confirmations wait up to 50 ms for the next
+    reservation's slot): right after each acknowledgement, ListOffsets' end covers the record
+    and a consumer already assigned reads it; DeleteRecords up to that end is then accepted.
+    On the s3-express latency model, so log slots take real time."""
+    monkeypatch.setenv("WEIR_PRODUCE_PARALLEL_PERSISTENCE", "true")
+    agent = agent_factory(["--storage-profile", "s3-express"])
+    topic = unique("served")
+    ck_create_topics(agent.bootstrap, {topic: 1})
+    wait_topic(agent.bootstrap, topic, 1)
+    producer = ck_producer(agent.bootstrap, {"linger.ms": 0})
+    consumer = ck_consumer(agent.bootstrap)
+    # Its own connection: on the consumer's, ListOffsets would queue behind a fetch long-poll,
+    # which the confirmation ends.
+    lister = ck_consumer(agent.bootstrap)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        for i in range(20):
+            value = f"served-{i}".encode()
+            (acked,) = ck_produce(agent.bootstrap, [Rec(topic, 0, None, value)],
+                                  producer=producer)
+            _, high = lister.get_watermark_offsets(tp, timeout=30, cached=False)
+            assert high == acked.offset + 1, f"record {i}: end {high} right after its ack"
+            got = None
+            deadline = time.monotonic() + WAIT_S
+            while got is None and time.monotonic() < deadline:
+                for m in consumer.consume(num_messages=10, timeout=0.5):
+                    assert not m.error(), m.error()
+                    got = (m.offset(), m.value())
+            assert got == (acked.offset, value), f"record {i}"
+    finally:
+        consumer.close()
+        lister.close()
+    admin = ck_admin(agent.bootstrap)
+    futures = admin.delete_records([TopicPartition(topic, 0, high)], request_timeout=30,
+                                   operation_timeout=30)
+    (future,) = futures.values()
+    assert future.result(timeout=35).low_watermark == high
+    assert ck_watermarks(agent.bootstrap, topic, [0])[0] == (high, high)
