@@ -8,14 +8,14 @@
 //! agent's consumers at once (an acknowledged file is never aborted, see
 //! `weir_control::plane::Served`) and hands its confirmation back to the reserver, which
 //! enqueues waiting confirmations as one `ConfirmFiles` just before the next reservation, so
-//! both share a slot, or after [`CONFIRM_LINGER`] without one. Anything else — an upload that failed or came late, a refused
-//! reservation, a failed log write — fails the file's tickets retriably and **abandons the
-//! incarnation**: every later file already reserved under it fails too (none can be answered
-//! before the failed one), and the reserver starts a new incarnation (a new chain). The
-//! abandoned incarnation's pending files are left to the resolver (`resolver.rs`), which
-//! confirms those that reached a quorum and aborts the rest once they can no longer be
-//! acknowledged. So the agent never has to decide an abort itself, and sequences roll back
-//! whole (RFC 0006, "Ack order").
+//! both share a slot, or after [`CONFIRM_LINGER`] without one. Anything else — an upload that
+//! failed or came late, a refused reservation, a failed log write — fails the file's tickets
+//! retriably and **abandons the incarnation**: every later file already reserved under it
+//! fails too (none can be answered before the failed one), and the reserver starts a new
+//! incarnation (a new chain). The abandoned incarnation's pending files are left to the
+//! resolver (`resolver.rs`), which confirms those that reached a quorum and aborts the rest
+//! once they can no longer be acknowledged. So the agent never has to decide an abort
+//! itself, and sequences roll back whole (RFC 0006, "Ack order").
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

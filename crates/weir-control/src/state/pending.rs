@@ -76,9 +76,7 @@ fn index_file(by_partition: &mut PendingByPartition, agent: &str, file: &Pending
 impl State {
     /// The base offset of the partition's first pending batch.
     pub fn first_pending(&self, topic_id: &TopicId, partition: i32) -> Option<i64> {
-        self.pending_by_partition
-            .get(&(*topic_id, partition))
-            .and_then(|batches| batches.keys().next().copied())
+        self.first_unacknowledged(topic_id, partition, |_| false)
     }
 
     /// The base offset of the partition's first pending batch whose file `acknowledged` does
