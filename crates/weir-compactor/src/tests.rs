@@ -141,7 +141,7 @@ impl Harness {
         let plan = reader
             .plan(&self.topic, partition, offset, max_bytes, true)
             .unwrap();
-        reader.read(plan).await.unwrap().records
+        reader.read(plan).await.unwrap().records.to_bytes()
     }
 
     /// Every fetch of one batch's worth from every offset of both partitions.

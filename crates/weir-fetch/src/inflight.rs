@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use object_store::path::Path;
+use weir_storage::Backing;
 
 use crate::reader::FetchError;
 
@@ -49,8 +50,9 @@ fn covering<'a>(list: &'a [Registered], range: &Range<u64>) -> Option<&'a Regist
 
 /// What [`InFlight::join_or_start`] decided.
 pub(crate) enum Joined {
-    /// Another read covers the range: its bytes, sliced to the range asked for.
-    Shared(BoxFuture<'static, Result<Bytes, FetchError>>),
+    /// Another read covers the range: its bytes, sliced to the range asked for, and the whole
+    /// read they are a slice of.
+    Shared(BoxFuture<'static, Result<(Bytes, Backing), FetchError>>),
     /// This read was started and registered; the registration ends when the guard drops.
     Started(SharedRead, Registration),
 }
@@ -98,7 +100,7 @@ impl InFlight {
                     let bytes = read.await?;
                     bytes
                         .get(slice.clone())
-                        .map(|_| bytes.slice(slice))
+                        .map(|_| (bytes.slice(slice), Backing::of(&bytes)))
                         .ok_or_else(|| FetchError::Storage("short read".into()))
                 }
                 .boxed(),

@@ -2,7 +2,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::{self, BoxFuture, Either, FutureExt};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path;
@@ -11,18 +11,15 @@ use tracing::debug;
 use weir_common::{FileId, Tier, TopicId};
 use weir_control::plane::Served;
 use weir_control::{ControlPlane, IndexEntry};
-use weir_protocol::batch::{rewrite_offsets, BatchHeader};
-use weir_storage::{keys, QuorumWriter, ReadCache};
+use weir_protocol::record_set::RecordSet;
+use weir_storage::{keys, Backing, QuorumWriter, ReadCache};
 
+use crate::assemble::{assemble, entry_batches};
 use crate::inflight::{InFlight, Joined};
 use crate::readahead::{Load, ReadAhead};
 
 /// Storage reads one partition's fetch runs at once (different files of its plan).
 pub(crate) const MAX_CONCURRENT_READS: usize = 8;
-
-/// Bytes at the start of a batch that a fetch rewrites (`baseOffset`, `batchLength`,
-/// `partitionLeaderEpoch`).
-const REWRITTEN_PREFIX: usize = 16;
 
 /// Leader epoch Weir reports: there is one logical leader per partition and it never changes.
 pub const LEADER_EPOCH: i32 = 0;
@@ -89,6 +86,21 @@ impl ReadPlan {
         self.entries.is_empty()
     }
 
+    /// The offset asked for.
+    pub(crate) fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    /// The byte budget asked for.
+    pub(crate) fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// Whether the first batch is served whatever its size.
+    pub(crate) fn at_least_one(&self) -> bool {
+        self.at_least_one
+    }
+
     /// The base offsets of the planned index entries, in order.
     pub fn base_offsets(&self) -> impl Iterator<Item = i64> + '_ {
         self.entries.iter().map(|(entry, _)| entry.base_offset)
@@ -100,7 +112,9 @@ impl ReadPlan {
 pub struct PartitionData {
     pub high_watermark: i64,
     pub log_start_offset: i64,
-    pub records: Bytes,
+    /// The batches with their assigned offsets, sliced from the buffers they were read into
+    /// where that pins little more than they are (see [`crate::assemble`]).
+    pub records: RecordSet,
 }
 
 /// Reads record batches of committed files.
@@ -201,7 +215,8 @@ impl FetchReader {
     }
 
     /// Reads the planned batches, coalescing adjacent ranges of one file into one request, and
-    /// rewrites each batch's base offset to its assigned offset (see [`append_entry`]). Cache hits are served first;
+    /// rewrites each batch's base offset to its assigned offset (see [`entry_batches`] and
+    /// [`assemble`]). Cache hits are served first;
     /// the storage reads of different files run concurrently (up to `MAX_CONCURRENT_READS`),
     /// so a plan spanning many cold files costs about one GET latency, not one per file.
     pub async fn read(&self, plan: ReadPlan) -> Result<PartitionData, FetchError> {
@@ -213,7 +228,7 @@ impl FetchReader {
         self.read_ahead_of(&plan);
         // Pieces in plan order: a cached batch, or a range of one file covering `count` entries.
         enum Piece<'a> {
-            Cached(Bytes),
+            Cached(Bytes, Backing),
             Stored {
                 first: &'a IndexEntry,
                 location: &'a Location,
@@ -229,8 +244,8 @@ impl FetchReader {
             // coalescing, or a multi-batch range would miss the cache and go to storage.
             let first_key = location.key(&first.file_id);
             let first_range = first.byte_offset..first.byte_offset + u64::from(first.len);
-            if let Some(batch) = self.cache.get(&first_key, first_range) {
-                pieces.push(Piece::Cached(batch));
+            if let Some((batch, backing)) = self.cache.get_backed(&first_key, first_range) {
+                pieces.push(Piece::Cached(batch, backing));
                 index += 1;
                 continue;
             }
@@ -250,51 +265,47 @@ impl FetchReader {
         let reads: Vec<_> = pieces
             .iter()
             .map(|piece| match piece {
-                Piece::Cached(bytes) => Either::Left(future::ready(Ok(bytes.clone()))),
+                Piece::Cached(bytes, backing) => {
+                    Either::Left(future::ready(Ok((bytes.clone(), *backing))))
+                }
                 Piece::Stored {
                     first,
                     location,
                     range,
                     ..
-                } => Either::Right(self.read_range(first.file_id, location, range.clone())),
+                } => Either::Right(self.read_range_backed(first.file_id, location, range.clone())),
             })
             .collect();
-        let fetched: Vec<Bytes> = stream::iter(reads)
+        let fetched: Vec<(Bytes, Backing)> = stream::iter(reads)
             .buffered(MAX_CONCURRENT_READS)
             .try_collect()
             .await?;
-        let mut out = BytesMut::with_capacity(plan.byte_len());
+        let (mut batches, mut taken) = (Vec::with_capacity(plan.entries.len()), 0);
         let mut entries = plan.entries.iter();
-        for (piece, bytes) in pieces.iter().zip(fetched) {
+        for (piece, (bytes, backing)) in pieces.iter().zip(fetched) {
             let (start, count) = match piece {
-                Piece::Cached(_) => (None, 1),
+                Piece::Cached(..) => (None, 1),
                 Piece::Stored { range, count, .. } => (Some(range.start), *count),
             };
             for (entry, _) in entries.by_ref().take(count) {
                 let batch = match start {
-                    None => &bytes[..],
+                    None => bytes.clone(),
                     Some(range_start) => {
                         let at = (entry.byte_offset - range_start) as usize;
-                        bytes
-                            .get(at..at + entry.len as usize)
-                            .ok_or_else(|| FetchError::Storage("short read".into()))?
+                        let end = at + entry.len as usize;
+                        if end > bytes.len() {
+                            return Err(FetchError::Storage("short read".into()));
+                        }
+                        bytes.slice(at..end)
                     }
                 };
-                append_entry(&mut out, batch, entry, &plan)?;
+                entry_batches(&mut batches, &mut taken, batch, backing, entry, &plan)?;
             }
         }
-        // The buffer was sized for the plan; batches of a compacted run below the offset or past
-        // the budget were left out. The response holds these bytes until the client reads them
-        // and is charged their length, so a buffer mostly empty is copied down to it.
-        let records = if out.capacity() - out.len() > out.len() / 8 + 4096 {
-            Bytes::copy_from_slice(&out)
-        } else {
-            out.freeze()
-        };
         Ok(PartitionData {
             high_watermark: plan.high_watermark,
             log_start_offset: plan.log_start_offset,
-            records,
+            records: assemble(batches),
         })
     }
 
@@ -307,9 +318,21 @@ impl FetchReader {
         location: &Location,
         range: Range<u64>,
     ) -> Result<Bytes, FetchError> {
+        let (bytes, _) = self.read_range_backed(file_id, location, range).await?;
+        Ok(bytes)
+    }
+
+    /// As [`FetchReader::read_range`], with the buffer the bytes are a slice of: the cached
+    /// entry that covered the range, or the range itself when it was read.
+    async fn read_range_backed(
+        &self,
+        file_id: FileId,
+        location: &Location,
+        range: Range<u64>,
+    ) -> Result<(Bytes, Backing), FetchError> {
         let key = location.key(&file_id);
-        if let Some(bytes) = self.cache.get(&key, range.clone()) {
-            return Ok(bytes);
+        if let Some(found) = self.cache.get_backed(&key, range.clone()) {
+            return Ok(found);
         }
         let buckets = match location.tier {
             Tier::Ingest => self.buckets.clone(),
@@ -326,7 +349,7 @@ impl FetchReader {
         };
         let started = match self.inflight.join_or_start(&key, range.clone(), start) {
             Joined::Shared(read) => match read.await {
-                Ok(bytes) => return Ok(bytes),
+                Ok(found) => return Ok(found),
                 // The read joined failed (a read-ahead load, say): this read retries for itself,
                 // as it would have read had it not found that one in flight.
                 Err(_) => Self::start_read(&self.cache, buckets, holders, key, range),
@@ -334,10 +357,10 @@ impl FetchReader {
             Joined::Started(read, registration) => {
                 let bytes = read.await;
                 drop(registration);
-                return bytes;
+                return bytes.map(with_backing);
             }
         };
-        started.await
+        started.await.map(with_backing)
     }
 
     /// `first`, a batch of `plan`, is neither cached nor loading: tells read-ahead, which
@@ -526,67 +549,10 @@ fn half_way(entries: &[(IndexEntry, Location)], window: usize) -> i64 {
         .map_or(i64::MAX, |(entry, _)| entry.base_offset)
 }
 
-/// Appends the batches of one index entry to `out`, each with its assigned base offset and the
-/// leader epoch. An ingest entry is one batch; a compacted run entry is consecutive batches
-/// (RFC 0005 §3), whose assigned offsets follow from the entry's base offset and each batch's
-/// offset span. Inside a run, batches wholly below the plan's offset are left out, so a fetch
-/// starts at the batch holding its offset as Kafka's does, and batches past the plan's byte
-/// budget are left out (the first batch of a fetch is always served when it asked for one).
-fn append_entry(
-    out: &mut BytesMut,
-    bytes: &[u8],
-    entry: &IndexEntry,
-    plan: &ReadPlan,
-) -> Result<(), FetchError> {
-    if bytes.len() < REWRITTEN_PREFIX {
-        // Too short to hold the fields a fetch rewrites: a damaged object or a short read.
-        return Err(FetchError::Storage(format!(
-            "batch {}..={} of {}: {} bytes, shorter than a batch header",
-            entry.base_offset,
-            entry.last_offset,
-            entry.file_id,
-            bytes.len()
-        )));
-    }
-    let header = BatchHeader::parse(bytes).ok();
-    if header.is_none_or(|h| h.total_len() >= bytes.len()) {
-        // One batch (a header that does not parse is served as stored, as always).
-        let position = out.len();
-        out.extend_from_slice(bytes);
-        rewrite_offsets(&mut out[position..], entry.base_offset, LEADER_EPOCH);
-        return Ok(());
-    }
-    let corrupt = |why: String| {
-        FetchError::Storage(format!(
-            "run {}..={} of {}: {why}",
-            entry.base_offset, entry.last_offset, entry.file_id
-        ))
-    };
-    let (mut base, mut rest) = (entry.base_offset, bytes);
-    while !rest.is_empty() {
-        let header = BatchHeader::parse(rest).map_err(|e| corrupt(e.to_string()))?;
-        let (len, span) = (header.total_len(), header.offset_span());
-        if len < REWRITTEN_PREFIX || len > rest.len() || span < 1 {
-            return Err(corrupt(format!(
-                "a batch of {len} bytes and {span} offsets"
-            )));
-        }
-        if base + span > plan.offset {
-            let fits = out.len() + len <= plan.max_bytes;
-            if !(fits || (out.is_empty() && plan.at_least_one)) {
-                return Ok(());
-            }
-            let position = out.len();
-            out.extend_from_slice(&rest[..len]);
-            rewrite_offsets(&mut out[position..], base, LEADER_EPOCH);
-        }
-        base += span;
-        rest = &rest[len..];
-    }
-    if base != entry.last_offset + 1 {
-        return Err(corrupt(format!("its batches end at {}", base - 1)));
-    }
-    Ok(())
+/// A range read from storage, as its own backing.
+fn with_backing(bytes: Bytes) -> (Bytes, Backing) {
+    let backing = Backing::of(&bytes);
+    (bytes, backing)
 }
 
 #[cfg(test)]

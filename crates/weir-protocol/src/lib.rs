@@ -10,6 +10,7 @@ pub mod batch;
 pub mod codec;
 pub mod error_code;
 pub mod frame;
+pub mod record_set;
 pub mod records;
 pub mod response;
 pub mod versions;

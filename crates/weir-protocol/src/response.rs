@@ -4,7 +4,8 @@
 //! A Fetch response is mostly its partitions' record sets. Encoding it with `kafka-protocol`
 //! copies every record set into the frame (one more copy of every fetched byte), so
 //! [`encode_fetch_response`] writes the response's own fields into a few small buffers and
-//! puts each record set in the [`Frame`] as the `Bytes` it already is; the connection sends the
+//! puts each record set's pieces ([`RecordSet`]: rewritten batch prefixes and slices of the
+//! buffers the batches were read into) in the [`Frame`] as they are; the connection sends the
 //! pieces with vectored writes. The bytes on the wire are exactly what `kafka-protocol` would
 //! have written (the tests compare both for every version); a response using something the
 //! piecewise encoder does not write (tagged fields, node endpoints) is encoded whole instead.
@@ -21,6 +22,7 @@ use kafka_protocol::messages::FetchResponse;
 use kafka_protocol::protocol::Encodable;
 
 use crate::frame::{encode_response, FrameError};
+use crate::record_set::RecordSet;
 
 /// A response frame (length prefix included) as a sequence of byte strings. It implements
 /// [`Buf`], so `write_all_buf` sends it with vectored writes.
@@ -131,10 +133,10 @@ struct Pieces {
 }
 
 impl Pieces {
-    /// The fields written so far become a piece, then `records` follows as its own.
-    fn records(&mut self, records: &Bytes) {
+    /// The fields written so far become a piece, then `records`' pieces follow as their own.
+    fn records<'a>(&mut self, records: impl IntoIterator<Item = &'a Bytes>) {
         self.chunks.push(self.fields.split().freeze());
-        self.chunks.push(records.clone());
+        self.chunks.extend(records.into_iter().cloned());
     }
 
     fn finish(mut self) -> Vec<Bytes> {
@@ -144,15 +146,21 @@ impl Pieces {
 }
 
 /// `response` as a Fetch response frame whose record sets are pieces of their own, not copies.
+///
+/// `record_sets` go to the response's partitions in order (topic by topic), each in place of
+/// that partition's `records`; partitions past the end of `record_sets` send their own.
 pub fn encode_fetch_response(
     correlation_id: i32,
     header_version: i16,
     response: &FetchResponse,
+    record_sets: &[RecordSet],
     version: i16,
 ) -> Result<Frame, FrameError> {
     if !piecewise(response, version) {
-        return encode_response(correlation_id, header_version, response, version).map(Frame::from);
+        let whole = with_record_sets(response, record_sets);
+        return encode_response(correlation_id, header_version, &whole, version).map(Frame::from);
     }
+    let mut record_sets = record_sets.iter();
     let flexible = version >= 12;
     let mut pieces = Pieces {
         chunks: Vec::new(),
@@ -181,7 +189,7 @@ pub fn encode_fetch_response(
         }
         array_len(out, topic.partitions.len(), flexible)?;
         for partition in &topic.partitions {
-            partition_fields(&mut pieces, partition, version)?;
+            partition_fields(&mut pieces, partition, record_sets.next(), version)?;
         }
         if flexible {
             pieces.fields.put_u8(0); // no tagged fields
@@ -206,6 +214,16 @@ pub fn encode_fetch_response(
         frame.push(chunk);
     }
     Ok(frame)
+}
+
+/// `response` with `record_sets` in place of its partitions' records, each in one buffer.
+fn with_record_sets(response: &FetchResponse, record_sets: &[RecordSet]) -> FetchResponse {
+    let mut whole = response.clone();
+    let partitions = whole.responses.iter_mut().flat_map(|t| &mut t.partitions);
+    for (partition, set) in partitions.zip(record_sets) {
+        partition.records = Some(set.to_bytes());
+    }
+    whole
 }
 
 /// Whether the piecewise encoder writes everything `response` holds: it writes no tagged
@@ -260,14 +278,20 @@ fn array_len(out: &mut BytesMut, len: usize, flexible: bool) -> Result<(), Frame
 }
 
 /// One partition: its fields by `kafka-protocol` (with an empty record set, which is then cut
-/// off again), its record set's length, and the record set as a piece of its own.
+/// off again), its record set's length, and the record set's pieces (`set` when given, else
+/// the partition's own records as one piece).
 fn partition_fields(
     pieces: &mut Pieces,
     partition: &PartitionData,
+    set: Option<&RecordSet>,
     version: i16,
 ) -> Result<(), FrameError> {
     let flexible = version >= 12;
-    let records = partition.records.clone();
+    let own = partition.records.as_ref().map(std::slice::from_ref);
+    let records: Option<(usize, &[Bytes])> = match set {
+        Some(set) => Some((set.len(), set.chunks())),
+        None => own.map(|chunk| (chunk[0].len(), chunk)),
+    };
     let without = partition.clone().with_records(Some(Bytes::new()));
     let start = pieces.fields.len();
     without
@@ -283,16 +307,16 @@ fn partition_fields(
     let cut = pieces.fields.len() - tail.len();
     pieces.fields.truncate(cut);
     let out = &mut pieces.fields;
-    match &records {
+    match records {
         None if flexible => out.put_u8(0),
         None => out.put_i32(-1),
-        Some(records) => {
+        Some((len, chunks)) => {
             if flexible {
-                put_varint(out, length(records.len() + 1)?);
+                put_varint(out, length(len + 1)?);
             } else {
-                out.put_i32(length(records.len())? as i32);
+                out.put_i32(length(len)? as i32);
             }
-            pieces.records(records);
+            pieces.records(chunks);
         }
     }
     if flexible {
@@ -379,7 +403,8 @@ mod tests {
             for topics in [0, 1, 3] {
                 let response = response(&mut rng, topics, version);
                 let whole = encode_response(7, header_version, &response, version).unwrap();
-                let frame = encode_fetch_response(7, header_version, &response, version).unwrap();
+                let frame =
+                    encode_fetch_response(7, header_version, &response, &[], version).unwrap();
                 assert_eq!(frame.len(), whole.len(), "v{version}");
                 assert_eq!(frame.to_bytes(), whole, "v{version}, {topics} topics");
                 let record_sets: Vec<&Bytes> = response
@@ -399,6 +424,57 @@ mod tests {
         }
     }
 
+    /// Record sets in pieces replace the partitions' records: the frame is the whole encoding
+    /// of the response with each set in one buffer, every piece goes into the frame uncopied,
+    /// and partitions past the given sets keep their own records.
+    #[test]
+    fn test_record_sets_in_pieces_replace_the_partitions_records() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        for version in [4, 11, 12, 16] {
+            let header_version = if version >= 12 { 1 } else { 0 };
+            let response = response(&mut rng, 3, version);
+            let partitions: usize = response.responses.iter().map(|t| t.partitions.len()).sum();
+            let sets: Vec<RecordSet> = (0..partitions.max(1) - 1)
+                .map(|_| {
+                    let chunks = (0..rng.usize(0..4))
+                        .map(|_| {
+                            Bytes::from(
+                                (0..rng.usize(0..300))
+                                    .map(|_| rng.u8(..))
+                                    .collect::<Vec<_>>(),
+                            )
+                        })
+                        .collect();
+                    RecordSet::from_chunks(chunks, 0, 0)
+                })
+                .collect();
+            let whole = with_record_sets(&response, &sets);
+            let expected = encode_response(3, header_version, &whole, version).unwrap();
+            let frame =
+                encode_fetch_response(3, header_version, &response, &sets, version).unwrap();
+            assert_eq!(frame.to_bytes(), expected, "v{version}");
+            for chunk in sets.iter().flat_map(RecordSet::chunks) {
+                assert!(
+                    frame.chunks.iter().any(|c| c.as_ptr() == chunk.as_ptr()),
+                    "v{version}: a piece was copied"
+                );
+            }
+            // The fallback encodes the same sets, each in one buffer.
+            let mut tagged = response.clone();
+            tagged.responses[0].partitions.push(
+                PartitionData::default()
+                    .with_current_leader(LeaderIdAndEpoch::default().with_leader_id(BrokerId(2)))
+                    .with_records(Some(Bytes::from_static(b"abc"))),
+            );
+            if version >= 12 {
+                let whole = with_record_sets(&tagged, &sets);
+                let expected = encode_response(3, 1, &whole, version).unwrap();
+                let frame = encode_fetch_response(3, 1, &tagged, &sets, version).unwrap();
+                assert_eq!(frame.to_bytes(), expected, "v{version} whole");
+            }
+        }
+    }
+
     /// A response with a field the piecewise encoder does not write is encoded whole.
     #[test]
     fn test_tagged_fields_fall_back_to_the_whole_encoding() {
@@ -411,7 +487,7 @@ mod tests {
         );
         for version in [12, 16] {
             let whole = encode_response(1, 1, &response, version).unwrap();
-            let frame = encode_fetch_response(1, 1, &response, version).unwrap();
+            let frame = encode_fetch_response(1, 1, &response, &[], version).unwrap();
             assert_eq!(frame.to_bytes(), whole, "v{version}");
         }
     }

@@ -10,6 +10,7 @@ use kafka_protocol::messages::{ApiKey, FetchResponse, RequestKind};
 use kafka_protocol::protocol::Encodable;
 use tracing::error;
 use weir_protocol::frame::{decode_request_header, encode_response, peek_request};
+use weir_protocol::record_set::RecordSet;
 use weir_protocol::response::{encode_fetch_response, Frame};
 use weir_protocol::versions::is_supported;
 
@@ -43,12 +44,17 @@ pub(crate) struct RequestContext {
 }
 
 impl RequestContext {
-    /// Encodes `body` as this request's response frame, noting its error code for the metrics.
-    /// Encodes a Fetch response with its record sets as pieces of the frame, not copies.
-    pub(crate) fn encode_fetch(&self, body: &FetchResponse) -> Option<Frame> {
+    /// Encodes a Fetch response with its record sets' pieces in the frame, not copies;
+    /// `record_sets` are the partitions' records in order (see [`encode_fetch_response`]).
+    pub(crate) fn encode_fetch(
+        &self,
+        body: &FetchResponse,
+        record_sets: &[RecordSet],
+    ) -> Option<Frame> {
         let _ = RESPONSE_ERROR.try_with(|error| error.set(Some(body.error_code())));
         let header_version = self.api_key.response_header_version(self.version);
-        match encode_fetch_response(self.correlation_id, header_version, body, self.version) {
+        let (id, version) = (self.correlation_id, self.version);
+        match encode_fetch_response(id, header_version, body, record_sets, version) {
             Ok(frame) => Some(frame),
             Err(err) => {
                 error!(version = self.version, error = %err, "fetch response encoding failed");
@@ -57,6 +63,7 @@ impl RequestContext {
         }
     }
 
+    /// Encodes `body` as this request's response frame, noting its error code for the metrics.
     pub(crate) fn encode<M: Encodable + ResponseError>(&self, body: &M) -> Option<Bytes> {
         let _ = RESPONSE_ERROR.try_with(|error| error.set(Some(body.error_code())));
         let header_version = self.api_key.response_header_version(self.version);

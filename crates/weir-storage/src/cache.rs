@@ -36,6 +36,34 @@ pub struct CacheStats {
     pub capacity_bytes: usize,
 }
 
+/// The buffer a slice points into, as far as the cache can tell: the cached entry's bytes. A
+/// slice keeps all of them alive, so a reader that holds slices beyond the cache's own lifetime
+/// for them (a fetch response until the client reads it) is charged for this length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Backing {
+    addr: usize,
+    len: usize,
+}
+
+impl Backing {
+    /// `bytes` as its own backing (a range just read from storage).
+    pub fn of(bytes: &Bytes) -> Backing {
+        Backing {
+            addr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+
+    /// Bytes of the backing buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// `(start, end)` of a cached byte range.
 type Span = (u64, u64);
 
@@ -192,6 +220,11 @@ impl ReadCache {
 
     /// The bytes of `range` of `path`, if a cached range covers it.
     pub fn get(&self, path: &Path, range: Range<u64>) -> Option<Bytes> {
+        self.get_backed(path, range).map(|(bytes, _)| bytes)
+    }
+
+    /// As [`ReadCache::get`], with the cached entry the bytes are a slice of.
+    pub fn get_backed(&self, path: &Path, range: Range<u64>) -> Option<(Bytes, Backing)> {
         let mut inner = self.lock();
         let found = Inner::covering(&inner, path, &range)
             .map(|(span, slot)| (span, slot.generation, slot.bytes.clone()));
@@ -212,7 +245,7 @@ impl ReadCache {
         }
         let from = (range.start - span.0) as usize;
         let to = (range.end - span.0) as usize;
-        Some(bytes.slice(from..to))
+        Some((bytes.slice(from..to), Backing::of(&bytes)))
     }
 
     /// Drops every cached range of `path` (after the object is deleted).
@@ -267,6 +300,9 @@ mod tests {
             (s.hits, s.misses, s.entries, s.bytes),
             (2, 2, 1, 10 + entry_overhead(&p("a")))
         );
+        // The slice's backing is the cached entry it points into.
+        let (_, backing) = cache.get_backed(&p("a"), 2..5).unwrap();
+        assert_eq!(backing, Backing::of(&file));
     }
 
     #[test]

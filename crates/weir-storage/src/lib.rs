@@ -31,7 +31,7 @@ pub mod quorum;
 pub mod stats;
 pub mod url;
 
-pub use cache::{entry_overhead, CacheStats, ReadCache};
+pub use cache::{entry_overhead, Backing, CacheStats, ReadCache};
 pub use error::StorageError;
 pub use layer::{LayerPolicy, LayerStore, DEFAULT_REQUEST_TIMEOUT};
 pub use model::{

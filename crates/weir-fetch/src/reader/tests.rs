@@ -14,7 +14,7 @@ use weir_control::ControlPlaneSettings;
 use weir_produce::{
     PartitionBatches, PartitionOutcome, ProducePipeline, ProduceSettings, ProduceTicket,
 };
-use weir_protocol::batch::{build_test_batch, split_and_validate, BatchHeader};
+use weir_protocol::batch::{build_test_batch, rewrite_offsets, split_and_validate, BatchHeader};
 use weir_storage::{LatencyProfile, ModelStore, OpLatency};
 
 use super::*;
@@ -124,6 +124,24 @@ async fn partition_with(
     max_file_bytes: usize,
     cache_bytes: usize,
 ) -> (FetchReader, TopicId, Arc<CountingStore>, Arc<ModelStore>) {
+    let tickets: Vec<Vec<Bytes>> = tickets
+        .iter()
+        .map(|timestamps| {
+            timestamps
+                .iter()
+                .map(|ts| build_test_batch(2, *ts, (-1, -1, -1)))
+                .collect()
+        })
+        .collect();
+    partition_of(&tickets, max_file_bytes, cache_bytes).await
+}
+
+/// As [`partition_with`], with each ticket's batches given.
+async fn partition_of(
+    tickets: &[Vec<Bytes>],
+    max_file_bytes: usize,
+    cache_bytes: usize,
+) -> (FetchReader, TopicId, Arc<CountingStore>, Arc<ModelStore>) {
     let mut profile = LatencyProfile::local();
     profile.name = "get-100ms".into();
     profile.get = OpLatency::millis(100, 100);
@@ -152,15 +170,13 @@ async fn partition_with(
     );
     let submitted: Vec<_> = tickets
         .iter()
-        .map(|timestamps| ProduceTicket {
+        .map(|batches| ProduceTicket {
             partitions: vec![PartitionBatches {
                 topic_id: topic,
                 partition: 0,
-                batches: timestamps
+                batches: batches
                     .iter()
-                    .flat_map(|ts| {
-                        split_and_validate(&build_test_batch(2, *ts, (-1, -1, -1))).unwrap()
-                    })
+                    .flat_map(|batch| split_and_validate(batch).unwrap())
                     .collect(),
             }],
         })
@@ -181,8 +197,9 @@ async fn partition_with(
 fn batches_of(data: &PartitionData) -> Vec<(i64, i64)> {
     let mut position = 0;
     let mut out = Vec::new();
-    while position < data.records.len() {
-        let header = BatchHeader::parse(&data.records[position..]).unwrap();
+    let records = data.records.to_bytes();
+    while position < records.len() {
+        let header = BatchHeader::parse(&records[position..]).unwrap();
         out.push((header.base_offset, header.first_timestamp));
         position += header.total_len();
     }
@@ -372,19 +389,74 @@ async fn test_a_batch_shorter_than_its_rewritten_fields_is_an_error() {
     let (reader, topic, _, _) = partition_with(&[vec![1_000]], 1, 0).await;
     let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
     let (entry, _) = plan.entries[0];
-    let mut out = BytesMut::new();
-    let err = append_entry(&mut out, &[0u8; 12], &entry, &plan).unwrap_err();
+    let (mut out, mut taken) = (Vec::new(), 0);
+    let mut read = |bytes: Bytes| {
+        let backing = Backing::of(&bytes);
+        entry_batches(&mut out, &mut taken, bytes, backing, &entry, &plan).unwrap_err()
+    };
+    let err = read(Bytes::from_static(&[0u8; 12]));
     assert!(
         matches!(err, FetchError::Storage(ref m) if m.contains("shorter")),
         "{err}"
     );
     // A run whose first header claims a batch smaller than a header (batchLength 0).
-    let err = append_entry(&mut out, &[0u8; 130], &entry, &plan).unwrap_err();
+    let err = read(Bytes::from_static(&[0u8; 130]));
     assert!(
         matches!(err, FetchError::Storage(ref m) if m.contains("a batch of 12 bytes")),
         "{err}"
     );
     assert!(out.is_empty());
+}
+
+/// Batches the produce path cached go out as slices of the cached buffers, with only their
+/// first 16 bytes copied (and rewritten); a small batch is copied whole. The record set is the
+/// batches with their assigned offsets either way.
+#[tokio::test(start_paused = true)]
+async fn test_large_cached_batches_are_served_as_slices_of_the_cache() {
+    let large = build_test_batch(600, 1_000, (-1, -1, -1));
+    assert!(large.len() >= crate::assemble::SLICE_FROM);
+    let small = build_test_batch(2, 2_000, (-1, -1, -1));
+    let tickets = vec![
+        vec![large.clone()],
+        vec![small.clone()],
+        vec![large.clone()],
+    ];
+    let (reader, topic, store, _) = partition_of(&tickets, 1, 64 << 20).await;
+    let plan = reader.plan(&topic, 0, 0, usize::MAX, true).unwrap();
+    let entries: Vec<IndexEntry> = plan.entries.iter().map(|(e, _)| *e).collect();
+    let data = reader.read(plan).await.unwrap();
+    assert_eq!(
+        store.gets.load(Ordering::SeqCst),
+        0,
+        "served from the cache"
+    );
+    // The bodies of both large batches point into the cached batches.
+    for entry in [&entries[0], &entries[2]] {
+        let key = keys::data_file(Tier::Ingest, &entry.file_id);
+        let range = entry.byte_offset..entry.byte_offset + u64::from(entry.len);
+        let cached = reader.cache.get(&key, range).unwrap();
+        assert!(
+            data.records
+                .chunks()
+                .iter()
+                .any(|c| c.as_ptr() == cached[16..].as_ptr() && c.len() == cached.len() - 16),
+            "batch at {} was copied",
+            entry.base_offset
+        );
+    }
+    let mut expected = Vec::new();
+    for (batch, base) in [(&large, 0), (&small, 600), (&large, 602)] {
+        let at = expected.len();
+        expected.extend_from_slice(batch);
+        rewrite_offsets(&mut expected[at..], base, LEADER_EPOCH);
+    }
+    assert_eq!(data.records.to_bytes(), Bytes::from(expected));
+    assert_eq!(data.records.records(), 1_202);
+    // Charged the copies (two prefixes and the small batch) and the two cached batches.
+    assert_eq!(
+        data.records.pinned(),
+        16 + small.len() + 16 + 2 * large.len()
+    );
 }
 
 /// A fetch that goes to storage for a batch read-ahead had loaded (the cache dropped it) halves

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use weir_common::TopicId;
 use weir_fetch::{FetchError, ReadPlan};
 use weir_protocol::error_code;
+use weir_protocol::record_set::RecordSet;
 use weir_protocol::response::Frame;
 
 use super::{topic_id, topic_name};
@@ -42,7 +43,7 @@ pub(crate) async fn handle(
 ) -> Option<Frame> {
     if request.session_id != 0 {
         let response = FetchResponse::default().with_error_code(FETCH_SESSION_ID_NOT_FOUND);
-        return context.encode_fetch(&response);
+        return context.encode_fetch(&response, &[]);
     }
     let wanted = resolve(&broker, context.version, &request);
     let max_bytes = usize::try_from(request.max_bytes.max(0))
@@ -81,9 +82,10 @@ pub(crate) async fn handle(
     }
 }
 
-/// Encodes the response. The record sets go into the frame as they were read (not copied
-/// again), and the frame keeps the read's memory grant until the connection has written it: the
-/// grant shrinks to the frame, which is the records plus the response's own fields.
+/// Encodes the response. The record sets' pieces go into the frame as they were read (not
+/// copied again), and the frame keeps the read's memory grant until the connection has written
+/// it: the grant shrinks to what the frame keeps alive, which is the response's own fields, the
+/// record sets' copies and the buffers their slices point into (at most twice the records).
 fn respond(
     broker: &Broker,
     context: &RequestContext,
@@ -91,32 +93,40 @@ fn respond(
     read: Read,
 ) -> Option<Frame> {
     let Read {
-        topics, mut grant, ..
+        topics,
+        record_sets,
+        bytes,
+        mut grant,
+        ..
     } = read;
-    count_fetched(broker, wanted, &topics);
-    let mut frame = context.encode_fetch(&FetchResponse::default().with_responses(topics))?;
-    grant.shrink_to(frame.len());
+    count_fetched(broker, wanted, &topics, &record_sets);
+    let response = FetchResponse::default().with_responses(topics);
+    let mut frame = context.encode_fetch(&response, &record_sets)?;
+    let pinned: usize = record_sets.iter().map(RecordSet::pinned).sum();
+    grant.shrink_to(frame.len() - bytes + pinned);
     frame.hold(grant);
     Some(frame)
 }
 
 /// Counts the records and bytes a response returns, by topic (`weir_fetched_*`). The response
-/// has one topic per wanted topic, in order (`read_all`).
-fn count_fetched(broker: &Broker, wanted: &[Wanted], topics: &[FetchableTopicResponse]) {
+/// has one topic per wanted topic and one record set per partition, in order (`read_all`).
+fn count_fetched(
+    broker: &Broker,
+    wanted: &[Wanted],
+    topics: &[FetchableTopicResponse],
+    record_sets: &[RecordSet],
+) {
+    let mut sets = record_sets.iter();
     for (want, topic) in wanted.iter().zip(topics) {
+        let (records, bytes) = sets
+            .by_ref()
+            .take(topic.partitions.len())
+            .fold((0, 0), |(r, b), set| {
+                (r + set.records(), b + set.len() as u64)
+            });
         let Some(name) = &want.resolved_name else {
             continue;
         };
-        let (records, bytes) = topic
-            .partitions
-            .iter()
-            .filter_map(|p| p.records.as_ref())
-            .fold((0, 0), |(r, b), data| {
-                (
-                    r + weir_protocol::batch::count_records(data),
-                    b + data.len() as u64,
-                )
-            });
         if bytes > 0 {
             broker.metrics.fetched(name, records, bytes);
         }
@@ -158,7 +168,10 @@ fn resolve(broker: &Broker, version: i16, request: &FetchRequest) -> Vec<Wanted>
 
 /// What one pass over the wanted partitions read.
 struct Read {
+    /// The response's topics, each partition's `records` an empty placeholder for its set.
     topics: Vec<FetchableTopicResponse>,
+    /// One record set per partition of `topics`, in order.
+    record_sets: Vec<RecordSet>,
     /// Record bytes gathered.
     bytes: usize,
     /// Whether any partition has an error (which ends long-polling, as in Kafka).
@@ -214,6 +227,7 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
     let mut any_error = false;
     let mut above_high_watermark = false;
     let mut topics = Vec::with_capacity(wanted.len());
+    let mut record_sets = Vec::new();
     for topic in wanted {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for (partition, _, _) in &topic.partitions {
@@ -222,7 +236,8 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1)
                 .with_high_watermark(-1)
-                .with_preferred_read_replica(BrokerId(-1));
+                .with_preferred_read_replica(BrokerId(-1))
+                .with_records(Some(Bytes::new()));
             let data = match reads.next().flatten() {
                 None => {
                     any_error = true;
@@ -231,14 +246,15 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
                     } else {
                         error_code::UNKNOWN_TOPIC_OR_PARTITION
                     };
-                    base.with_error_code(code).with_records(Some(Bytes::new()))
+                    record_sets.push(RecordSet::default());
+                    base.with_error_code(code)
                 }
                 Some(Ok(data)) => {
                     total += data.records.len();
+                    record_sets.push(data.records);
                     base.with_high_watermark(data.high_watermark)
                         .with_last_stable_offset(data.high_watermark)
                         .with_log_start_offset(data.log_start_offset)
-                        .with_records(Some(data.records))
                 }
                 Some(Err(err)) => {
                     any_error = true;
@@ -247,8 +263,8 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
                         FetchError::OffsetOutOfRange { offset, high_watermark, .. }
                             if offset > high_watermark
                     );
+                    record_sets.push(RecordSet::default());
                     base.with_error_code(fetch_error_code(&err))
-                        .with_records(Some(Bytes::new()))
                 }
             };
             partitions.push(data);
@@ -267,6 +283,7 @@ async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version:
     }
     Read {
         topics,
+        record_sets,
         bytes: total,
         errors: any_error,
         above_high_watermark,

@@ -288,7 +288,7 @@ async fn find_in_batch(
         error_code::KAFKA_STORAGE_ERROR
     })?;
     let fallback = Some((entry.base_offset.max(from_offset), entry.max_timestamp));
-    let Some(batches) = split_and_validate(&data.records)
+    let Some(batches) = split_and_validate(&data.records.to_bytes())
         .ok()
         .filter(|batches| !batches.is_empty())
     else {

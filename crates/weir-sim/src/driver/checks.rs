@@ -153,7 +153,8 @@ impl World {
         let main_read = tokio::time::timeout(Duration::from_secs(60), fetch.read(held.plan));
         let (read, second_read) = futures::join!(main_read, second_read);
         if let (Ok(Ok(data)), Some((offset, Ok(second)))) = (&read, second_read) {
-            self.check_second_reader(partition, offset, &data.records, &second.records);
+            let (main, second) = (data.records.to_bytes(), second.records.to_bytes());
+            self.check_second_reader(partition, offset, &main, &second);
         }
         let data = match read {
             Ok(Ok(data)) => data,
@@ -179,8 +180,9 @@ impl World {
         };
         let mut position = 0;
         let mut records = Vec::new();
-        while position < data.records.len() {
-            let header = match BatchHeader::parse(&data.records[position..]) {
+        let fetched = data.records.to_bytes();
+        while position < fetched.len() {
+            let header = match BatchHeader::parse(&fetched[position..]) {
                 Ok(header) => header,
                 Err(err) => {
                     self.violation(format!("p{partition}: fetched garbage: {err}"));
