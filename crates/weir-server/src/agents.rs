@@ -65,11 +65,16 @@ impl Broker {
     /// agent while it has not registered yet since it started, for `registration_grace` (a
     /// restart waits for its predecessor's fence, and serves clients meanwhile). A fenced agent
     /// (cut off from the leader), or one that could not register within the grace (it started
-    /// cut off), does not list itself, so its clients move to the registered ones. Outside a
-    /// cluster, this agent alone.
+    /// cut off), does not list itself, so its clients move to the registered ones. Nor does an
+    /// agent whose control plane has stayed unavailable for that grace (a leader that cannot
+    /// write its log, a follower that reaches no leader): a new leader has fenced it by then,
+    /// but without its metadata bucket its replica never shows it, and its clients, which ask
+    /// the broker they use most for Metadata (librdkafka), would stay on an agent that can
+    /// acknowledge nothing until its bucket returns. Outside a cluster, this agent alone.
     pub(crate) fn live_agents(&self) -> Vec<LiveAgent> {
         let mut agents = self.registered_agents();
-        let listed = agents.iter().any(|a| a.node_id == self.settings.node_id);
+        let me = self.settings.node_id;
+        let listed = agents.iter().any(|a| a.node_id == me);
         let starting = matches!(
             *self.control.registration().borrow(),
             weir_control::Registration::Pending
@@ -77,8 +82,30 @@ impl Broker {
         if !listed && starting {
             agents.push(self.me());
             agents.sort_by_key(|a| a.node_id);
+        } else if listed && agents.len() > 1 && self.cut_off() {
+            agents.retain(|a| a.node_id != me);
         }
         agents
+    }
+
+    /// Whether this cluster member's control plane has been unavailable for the registration
+    /// grace (`lease_timeout + agent_timeout + 3 × lease_renew`: a failover and the agent
+    /// timeout), as seen by the calls that list the agents.
+    fn cut_off(&self) -> bool {
+        if self.settings.cluster_incarnation.is_none() {
+            return false;
+        }
+        let available = *self.control.availability().borrow();
+        let mut since = self
+            .unavailable_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if available {
+            *since = None;
+            return false;
+        }
+        since.get_or_insert_with(std::time::Instant::now).elapsed()
+            >= self.settings.registration_grace
     }
 
     /// The controller Metadata and DescribeCluster name among `agents`: this agent when it is

@@ -126,6 +126,9 @@ pub struct Broker {
     pub(crate) coordinations: Mutex<Coordinations>,
     /// When this broker started (for `registration_grace`).
     pub(crate) started: std::time::Instant,
+    /// Since when `live_agents` has seen this agent's control plane unavailable (`None`: it
+    /// was available at the last look).
+    pub(crate) unavailable_since: Mutex<Option<std::time::Instant>>,
     seeds: AtomicU64,
 }
 
@@ -156,6 +159,7 @@ impl Broker {
             clock,
             coordinations: Mutex::default(),
             started: std::time::Instant::now(),
+            unavailable_since: Mutex::default(),
             seeds: AtomicU64::new(seed),
         }
     }

@@ -652,8 +652,12 @@ async fn test_a_fetch_through_a_lagging_follower_waits_for_its_replica() {
 
 /// A control plane whose registry holds agents (node id, zone), each at 10.0.0.{node id}.
 async fn registry_of(agents: &[(i32, &str)]) -> ControlPlane {
+    registry_on(Arc::new(InMemory::new()), agents).await
+}
+
+/// As [`registry_of`], with the log in `meta`.
+async fn registry_on(meta: Arc<dyn ObjectStore>, agents: &[(i32, &str)]) -> ControlPlane {
     use weir_control::{AgentRegistration, Entry};
-    let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
         .await
         .unwrap();
@@ -791,4 +795,43 @@ async fn test_an_unregistered_agent_lists_itself_only_for_the_grace() {
     let late = with_grace(Duration::ZERO);
     assert_eq!(ids(&late), [2]);
     assert_eq!(late.controller(&late.live_agents()), 2, "a listed agent");
+}
+
+/// A registered cluster member whose control plane stays unavailable (a leader that cannot
+/// write its log) stops listing itself after the registration grace, so its clients, which ask
+/// it for Metadata, move to the agents that can acknowledge; available again, it lists itself.
+#[tokio::test]
+async fn test_an_agent_cut_off_from_its_log_stops_listing_itself() {
+    use weir_storage::{LatencyProfile, ModelStore};
+    let meta =
+        Arc::new(ModelStore::new(Arc::new(InMemory::new()), LatencyProfile::local(), 1).unwrap());
+    let control = registry_on(meta.clone(), &[(1, "zone-a"), (2, "zone-b")]).await;
+    let broker = broker_over(
+        &control,
+        BrokerSettings {
+            node_id: 1,
+            cluster_incarnation: Some("i1".into()),
+            registration_grace: Duration::ZERO,
+            ..BrokerSettings::default()
+        },
+    );
+    let ids = || -> Vec<i32> { broker.live_agents().iter().map(|a| a.node_id).collect() };
+    assert_eq!(ids(), [1, 2]);
+    meta.set_outage(true);
+    let writer = control.clone();
+    let failed = tokio::spawn(async move { writer.create_topic("t", 1, BTreeMap::new(), 1).await });
+    let mut available = control.availability();
+    tokio::time::timeout(Duration::from_secs(30), available.wait_for(|up| !*up))
+        .await
+        .expect("the failed log write makes the plane unavailable")
+        .unwrap();
+    assert_eq!(ids(), [2]);
+    assert_eq!(broker.controller(&broker.live_agents()), 2);
+    meta.set_outage(false);
+    tokio::time::timeout(Duration::from_secs(30), available.wait_for(|up| *up))
+        .await
+        .expect("recovery once the bucket is back")
+        .unwrap();
+    assert_eq!(ids(), [1, 2]);
+    let _ = failed.await;
 }
