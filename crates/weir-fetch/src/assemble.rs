@@ -1,17 +1,18 @@
 //! Putting a partition's fetched batches together as a [`RecordSet`].
 //!
 //! A fetch changes the first 16 bytes of each batch (`baseOffset` to the assigned offset, the
-//! leader epoch) and nothing else. A batch of at least [`SLICE_FROM`] bytes goes out as its
-//! rewritten prefix (copied into a small buffer) followed by a slice of the buffer it was read
-//! into, so its body is never copied in user space; smaller batches are copied whole into the
-//! same buffer (a piece per small batch would cost more in `writev` slots than the copy saves).
+//! leader epoch; `batchLength` is written back as stored) and nothing else. A batch of at least
+//! [`SLICE_FROM`] bytes goes out as its rewritten prefix (copied into a small buffer) followed by
+//! a slice of the buffer it was read into, so its body is never copied in user space; smaller
+//! batches are copied whole into the same buffer (a piece per small batch would cost more in
+//! `writev` slots than the copy saves).
 //!
 //! A slice keeps the whole buffer it points into alive while the client reads the response: a
-//! cached file range, or the range this fetch read. So a buffer is sliced only when the fetch
-//! takes at least half of it ([`PIN_FACTOR`]); otherwise its batches are copied. A record set
-//! then keeps alive at most twice its length, the same bound as the two copies of the fetch
-//! path before (read buffer and frame), and [`RecordSet::pinned`] says how much, which is what
-//! the response is charged.
+//! cached file range, or the range this fetch read. So a buffer is sliced only when the batches
+//! the fetch slices from it make at least half of it ([`PIN_FACTOR`]); otherwise its batches are
+//! copied. A record set then keeps alive at most twice its length plus 16 bytes per sliced
+//! batch, and [`RecordSet::pinned`] says exactly how much, which is what the response is
+//! charged.
 
 use std::collections::{HashMap, HashSet};
 
@@ -23,8 +24,8 @@ use weir_storage::Backing;
 
 use crate::reader::{FetchError, ReadPlan, LEADER_EPOCH};
 
-/// Bytes at the start of a batch that a fetch rewrites (`baseOffset`, `batchLength`,
-/// `partitionLeaderEpoch`).
+/// Bytes at the start of a batch that a fetch writes anew (`baseOffset` and
+/// `partitionLeaderEpoch` rewritten, `batchLength` between them as stored).
 pub(crate) const REWRITTEN_PREFIX: usize = 16;
 
 /// Batches this long or longer are sliced rather than copied (when their buffer allows).
@@ -116,16 +117,17 @@ pub(crate) fn entry_batches(
 }
 
 /// The record set of `batches`, in order, with their offsets rewritten: large batches of
-/// buffers the fetch takes at least half of are sliced, everything else is copied into one
+/// buffers that the fetch slices at least half of are sliced, everything else is copied into one
 /// buffer (see the module docs).
 pub(crate) fn assemble(batches: Vec<Batch>) -> RecordSet {
-    let mut taken: HashMap<Backing, usize> = HashMap::new();
-    for batch in &batches {
-        *taken.entry(batch.backing).or_default() += batch.bytes.len();
+    let large = |batch: &Batch| batch.bytes.len() >= SLICE_FROM;
+    // Per buffer, the bytes of the batches that would be sliced from it.
+    let mut sliceable: HashMap<Backing, usize> = HashMap::new();
+    for batch in batches.iter().filter(|b| large(b)) {
+        *sliceable.entry(batch.backing).or_default() += batch.bytes.len();
     }
     let sliced = |batch: &Batch| {
-        batch.bytes.len() >= SLICE_FROM
-            && batch.backing.len() <= PIN_FACTOR.saturating_mul(taken[&batch.backing])
+        large(batch) && batch.backing.len() <= PIN_FACTOR.saturating_mul(sliceable[&batch.backing])
     };
     let copied: usize = batches
         .iter()
@@ -143,11 +145,14 @@ pub(crate) fn assemble(batches: Vec<Batch>) -> RecordSet {
     let mut pinned: HashSet<Backing> = HashSet::new();
     let mut records = 0u64;
     for batch in &batches {
-        records += BatchHeader::parse(&batch.bytes)
-            .map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0));
         let bytes = &batch.bytes;
+        // Counted as `count_records` counts a record set: whole batches only.
+        records += BatchHeader::parse(bytes)
+            .ok()
+            .filter(|h| h.total_len() <= bytes.len())
+            .map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0));
         buffer.put_i64(batch.base_offset);
-        buffer.put_slice(&bytes[8..12]); // batchLength
+        buffer.put_slice(&bytes[8..12]); // batchLength, as stored
         buffer.put_i32(LEADER_EPOCH);
         if sliced(batch) {
             chunks.push(buffer.split().freeze());
@@ -236,5 +241,35 @@ mod tests {
         assert_eq!(set.to_bytes(), rewritten(&window, &both));
         assert_eq!(set.chunks().len(), 4);
         assert_eq!(set.pinned(), 2 * REWRITTEN_PREFIX + window.len());
+    }
+
+    /// Small batches taken from a buffer do not count toward slicing it: a buffer of one large
+    /// batch and many small ones, all fetched, is copied from when the large one is less than
+    /// half of it (slicing it would pin the buffer on top of the small batches' copies).
+    #[test]
+    fn test_small_batches_do_not_make_a_buffer_worth_slicing() {
+        let large = build_test_batch(600, 5, (-1, -1, -1));
+        let small = build_test_batch(2, 7, (-1, -1, -1));
+        let smalls = (2 * large.len()).div_ceil(small.len());
+        let mut parts = vec![large.clone()];
+        parts.extend(std::iter::repeat_n(small.clone(), smalls));
+        let range: Bytes = parts.concat().into();
+        let mut at = 0;
+        let mut base = 0;
+        let mut taken = Vec::new();
+        for part in &parts {
+            taken.push((at..at + part.len(), base));
+            at += part.len();
+            base += BatchHeader::parse(part).unwrap().offset_span();
+        }
+        let set = assemble(
+            taken
+                .iter()
+                .map(|(r, b)| batch(&range, r.clone(), *b))
+                .collect(),
+        );
+        assert_eq!(set.to_bytes(), rewritten(&range, &taken));
+        assert_eq!(set.chunks().len(), 1, "nothing sliced");
+        assert_eq!(set.pinned(), range.len());
     }
 }

@@ -21,6 +21,13 @@ use crate::readahead::{Load, ReadAhead};
 /// Storage reads one partition's fetch runs at once (different files of its plan).
 pub(crate) const MAX_CONCURRENT_READS: usize = 8;
 
+/// GET bodies up to this size are copied into a buffer of their own before they are cached or
+/// served. `object_store` hands a body that arrived as one chunk over as that chunk, and over
+/// HTTP that is a slice of the client's read buffer (hyper's grows to ~408 KiB), which a cached
+/// range or a sliced batch would keep alive whole; a larger body spans several chunks and is
+/// collected into a buffer of its own already.
+const COPY_BODIES_UP_TO: usize = 512 << 10;
+
 /// Leader epoch Weir reports: there is one logical leader per partition and it never changes.
 pub const LEADER_EPOCH: i32 = 0;
 
@@ -391,10 +398,13 @@ impl FetchReader {
     ) -> BoxFuture<'static, Result<Bytes, FetchError>> {
         let cache = cache.clone();
         async move {
-            let bytes = buckets
+            let mut bytes = buckets
                 .get_range(&holders, &key, range.clone())
                 .await
                 .map_err(|err| FetchError::Storage(err.to_string()))?;
+            if bytes.len() <= COPY_BODIES_UP_TO {
+                bytes = Bytes::copy_from_slice(&bytes);
+            }
             // Cached before the read leaves the registry: a reader that misses it there finds
             // it here.
             cache.insert_range(&key, range, bytes.clone());

@@ -1,11 +1,12 @@
 //! The agent-wide budget for fetch response bytes.
 //!
-//! A fetch response is built in memory (the records, then the encoded frame) and stays there
-//! until the client has read it off the socket; a client that never reads pins it for as long as
-//! the connection lives. Without a global bound, every connection could pin a
+//! A fetch response is built in memory (the records, as copies or as slices of the buffers they
+//! were read into, then the encoded frame) and stays there until the client has read it off the
+//! socket; a client that never reads pins it, and the buffers its slices point into, for as long
+//! as the connection lives. Without a global bound, every connection could pin a
 //! `max_fetch_bytes` response. With it, the bytes of all responses in flight stay below the
-//! capacity plus one first batch (two copies) per fetch in flight, and a connection has at most
-//! one fetch in flight.
+//! capacity plus one first batch (twice its size) per fetch in flight, and a connection has at
+//! most one fetch in flight.
 //!
 //! A fetch never waits for the budget: it takes what is free, up to what it wants, and reads
 //! fewer bytes when little is free. Only its first batch is taken even when nothing is free, so a
@@ -108,11 +109,6 @@ impl Grant {
         }
         self.bytes = bytes;
     }
-
-    /// Returns whatever it holds beyond `bytes`.
-    pub(crate) fn shrink_to(&mut self, bytes: usize) {
-        self.resize(bytes.min(self.bytes));
-    }
 }
 
 impl Drop for Grant {
@@ -153,9 +149,7 @@ mod tests {
         assert_eq!(first_batch.bytes(), 0);
         first_batch.resize(30);
         assert_eq!(budget.used(), 130, "a first batch is taken without room");
-        first_batch.shrink_to(50);
-        assert_eq!(first_batch.bytes(), 30, "shrink_to never grows");
-        first_batch.shrink_to(10);
+        first_batch.resize(10);
         assert_eq!(budget.used(), 110);
         drop(full);
         assert_eq!(budget.take_up_to(200).bytes(), 90);

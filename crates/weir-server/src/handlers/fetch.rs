@@ -84,8 +84,9 @@ pub(crate) async fn handle(
 
 /// Encodes the response. The record sets' pieces go into the frame as they were read (not
 /// copied again), and the frame keeps the read's memory grant until the connection has written
-/// it: the grant shrinks to what the frame keeps alive, which is the response's own fields, the
-/// record sets' copies and the buffers their slices point into (at most twice the records).
+/// it: the grant becomes what the frame keeps alive, which is the response's own fields, the
+/// record sets' copies and the buffers their slices point into (at most about twice the
+/// records, see `weir_fetch`'s `assemble`).
 fn respond(
     broker: &Broker,
     context: &RequestContext,
@@ -95,15 +96,21 @@ fn respond(
     let Read {
         topics,
         record_sets,
-        bytes,
         mut grant,
         ..
     } = read;
     count_fetched(broker, wanted, &topics, &record_sets);
     let response = FetchResponse::default().with_responses(topics);
     let mut frame = context.encode_fetch(&response, &record_sets)?;
+    let records: usize = record_sets.iter().map(RecordSet::len).sum();
     let pinned: usize = record_sets.iter().map(RecordSet::pinned).sum();
-    grant.shrink_to(frame.len() - bytes + pinned);
+    // A response without records is a few bytes of fields, charged nothing.
+    let held = if records == 0 {
+        0
+    } else {
+        frame.len().saturating_sub(records) + pinned
+    };
+    grant.resize(held);
     frame.hold(grant);
     Some(frame)
 }
@@ -189,8 +196,8 @@ struct Read {
 ///
 /// The records, and then the encoded frame, are held in memory until the client has read the
 /// response, so they come out of the agent-wide response budget: a fetch reads at most half of
-/// what it could take from it (two copies), but always its first batch, even when the budget is
-/// used up by responses that clients are not reading.
+/// what it could take from it (its batches may pin buffers up to twice their size), but always
+/// its first batch, even when the budget is used up by responses that clients are not reading.
 async fn read_all(broker: &Broker, wanted: &[Wanted], max_bytes: usize, version: i16) -> Read {
     let mut grant = broker.fetch_memory.take_up_to(max_bytes.saturating_mul(2));
     let (mut plans, mut planned) = plan_all(broker, wanted, grant.bytes() / 2, true);
