@@ -323,3 +323,17 @@ def stored_codecs(addr: str, topic: str, partition: int) -> list:
                 got_any = True
             assert got_any, f"fetch at {offset} (hw {hw}) returned no complete batch"
     return codecs
+
+
+def metadata_brokers(addr: str, timeout: float = 15.0) -> set:
+    """The node ids a Metadata v1 request (no topics) to `addr` itself lists: unlike a client
+    library's admin calls, which may send it to any broker they know, this asks that agent."""
+    with connect(addr, timeout) as sock:
+        r = roundtrip(sock, request(3, 1, 7, i32(0)), 7)
+        nodes = set()
+        for _ in range(r.i32()):
+            nodes.add(r.i32())
+            r.string()  # host
+            r.i32()  # port
+            r.string()  # rack
+        return nodes
