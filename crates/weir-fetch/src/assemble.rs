@@ -34,13 +34,22 @@ pub(crate) const SLICE_FROM: usize = 4096;
 /// A buffer is sliced only if it is at most this many times the bytes the fetch takes from it.
 pub(crate) const PIN_FACTOR: usize = 2;
 
-/// One batch of a fetch: its stored bytes, the offset it is served at and the buffer its bytes
-/// are a slice of.
+/// One batch of a fetch: its stored bytes, the offset it is served at, its records (from the
+/// header read when it was split off) and the buffer its bytes are a slice of.
 #[derive(Debug, Clone)]
 pub(crate) struct Batch {
     bytes: Bytes,
     base_offset: i64,
+    records: u64,
     backing: Backing,
+}
+
+/// The records of a batch of `len` stored bytes with `header`, counted as `count_records`
+/// counts a record set: a batch cut short (or without a header that parses) counts none.
+fn records_in(header: Option<&BatchHeader>, len: usize) -> u64 {
+    header
+        .filter(|h| h.total_len() <= len)
+        .map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0))
 }
 
 /// Appends to `out` the batches of one index entry read as `bytes` (a slice of `backing`), each
@@ -69,10 +78,11 @@ pub(crate) fn entry_batches(
         )));
     }
     let header = BatchHeader::parse(&bytes).ok();
-    if header.is_none_or(|h| h.total_len() >= bytes.len()) {
+    if header.as_ref().is_none_or(|h| h.total_len() >= bytes.len()) {
         // One batch (a header that does not parse is served as stored, as always).
         *taken += bytes.len();
         out.push(Batch {
+            records: records_in(header.as_ref(), bytes.len()),
             bytes,
             base_offset: entry.base_offset,
             backing,
@@ -104,6 +114,7 @@ pub(crate) fn entry_batches(
             out.push(Batch {
                 bytes: bytes.slice(at..at + len),
                 base_offset: base,
+                records: records_in(Some(&header), len),
                 backing,
             });
         }
@@ -126,13 +137,18 @@ pub(crate) fn assemble(batches: Vec<Batch>) -> RecordSet {
     for batch in batches.iter().filter(|b| large(b)) {
         *sliceable.entry(batch.backing).or_default() += batch.bytes.len();
     }
-    let sliced = |batch: &Batch| {
-        large(batch) && batch.backing.len() <= PIN_FACTOR.saturating_mul(sliceable[&batch.backing])
-    };
+    let sliced: Vec<bool> = batches
+        .iter()
+        .map(|batch| {
+            large(batch)
+                && batch.backing.len() <= PIN_FACTOR.saturating_mul(sliceable[&batch.backing])
+        })
+        .collect();
     let copied: usize = batches
         .iter()
-        .map(|b| {
-            if sliced(b) {
+        .zip(&sliced)
+        .map(|(b, sliced)| {
+            if *sliced {
                 REWRITTEN_PREFIX
             } else {
                 b.bytes.len()
@@ -143,18 +159,12 @@ pub(crate) fn assemble(batches: Vec<Batch>) -> RecordSet {
     let mut buffer = BytesMut::with_capacity(copied);
     let mut chunks = Vec::new();
     let mut pinned: HashSet<Backing> = HashSet::new();
-    let mut records = 0u64;
-    for batch in &batches {
+    for (batch, sliced) in batches.iter().zip(sliced) {
         let bytes = &batch.bytes;
-        // Counted as `count_records` counts a record set: whole batches only.
-        records += BatchHeader::parse(bytes)
-            .ok()
-            .filter(|h| h.total_len() <= bytes.len())
-            .map_or(0, |h| u64::try_from(h.records_count).unwrap_or(0));
         buffer.put_i64(batch.base_offset);
         buffer.put_slice(&bytes[8..12]); // batchLength, as stored
         buffer.put_i32(LEADER_EPOCH);
-        if sliced(batch) {
+        if sliced {
             chunks.push(buffer.split().freeze());
             chunks.push(bytes.slice(REWRITTEN_PREFIX..));
             pinned.insert(batch.backing);
@@ -164,6 +174,7 @@ pub(crate) fn assemble(batches: Vec<Batch>) -> RecordSet {
     }
     chunks.push(buffer.freeze());
     let pinned = copied + pinned.iter().map(Backing::len).sum::<usize>();
+    let records = batches.iter().map(|b| b.records).sum();
     RecordSet::from_chunks(chunks, records, pinned)
 }
 
@@ -174,8 +185,10 @@ mod tests {
     use super::*;
 
     fn batch(buffer: &Bytes, range: std::ops::Range<usize>, base_offset: i64) -> Batch {
+        let bytes = buffer.slice(range);
         Batch {
-            bytes: buffer.slice(range),
+            records: records_in(BatchHeader::parse(&bytes).ok().as_ref(), bytes.len()),
+            bytes,
             base_offset,
             backing: Backing::of(buffer),
         }

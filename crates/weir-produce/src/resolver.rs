@@ -122,14 +122,43 @@ impl Resolver {
             if *stop.borrow() {
                 return;
             }
-            let leads = self.control.leader_status().available;
-            if !leads || !self.control.read(|state| state.has_pending()) {
+            if !self.has_work() {
                 continue;
             }
             let pass = self.pass().await;
             if pass != ResolvePass::default() {
                 debug!(?pass, "resolver pass");
             }
+        }
+    }
+
+    /// Whether there is anything for this agent to resolve: it leads the log and a file is
+    /// pending.
+    fn has_work(&self) -> bool {
+        self.control.leader_status().available && self.control.read(|state| state.has_pending())
+    }
+
+    /// One pass within `timeout`, if there is anything to resolve, for a starting agent to await
+    /// before it serves. Files an earlier run acknowledged but had not confirmed when it stopped
+    /// (a crash) are pending in the log, and consumers would not see them until the first pass
+    /// of [`Resolver::run`]; this one confirms those in a quorum, so a client reads what was
+    /// acknowledged from its first fetch after a restart. What it leaves (a bucket not
+    /// answering, a young missing file) is left to `run`.
+    pub async fn pass_before_serving(&mut self, timeout: Duration) {
+        if !self.has_work() {
+            return;
+        }
+        match tokio::time::timeout(timeout, self.pass()).await {
+            Ok(pass) => info!(
+                confirmed = pass.confirmed,
+                aborted = pass.aborted,
+                waiting = pass.waiting,
+                "resolved pending files of an earlier run before serving"
+            ),
+            Err(_) => warn!(
+                ?timeout,
+                "pending files of an earlier run not resolved before serving; the resolver goes on"
+            ),
         }
     }
 

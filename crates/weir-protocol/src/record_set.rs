@@ -1,12 +1,12 @@
 //! A partition's record set as it goes out in a Fetch response: a sequence of byte strings
 //! whose concatenation is the record set on the wire.
 //!
-//! A fetch rewrites the first 16 bytes of every batch (`baseOffset`, `batchLength`,
-//! `partitionLeaderEpoch`) and nothing after them, so a large batch can go out as a small
-//! buffer holding its rewritten prefix followed by a slice of the buffer it was read into (a
-//! cached or fetched file range), without copying its body. A slice keeps that whole buffer
-//! alive until the client has read the response, so a record set also says how many bytes it
-//! keeps alive ([`RecordSet::pinned`]): that, not its length, is what a response is charged.
+//! A fetch rewrites `baseOffset` and `partitionLeaderEpoch` in the first 16 bytes of every
+//! batch and nothing after them, so a large batch can go out as a small buffer holding its
+//! rewritten prefix followed by a slice of the buffer it was read into (a cached or fetched
+//! file range), without copying its body. A slice keeps that whole buffer alive until the
+//! client has read the response, so a record set also says how many bytes it keeps alive
+//! ([`RecordSet::pinned`]): that, not its length, is what a response is charged.
 
 use bytes::{Bytes, BytesMut};
 
@@ -31,13 +31,6 @@ impl RecordSet {
             records,
             pinned: pinned.max(len),
         }
-    }
-
-    /// One buffer as a record set (its records counted from the batch headers).
-    pub fn from_bytes(bytes: Bytes) -> RecordSet {
-        let records = crate::batch::count_records(&bytes);
-        let len = bytes.len();
-        RecordSet::from_chunks(vec![bytes], records, len)
     }
 
     /// Bytes on the wire.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::info;
 use weir_common::{Clock, SystemClock};
 use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
@@ -374,7 +374,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         },
         seed,
     );
-    resolve_before_serving(&control, &mut resolver).await;
+    // Before the Kafka listener serves: a restart's acknowledged, unconfirmed files readable.
+    resolver.pass_before_serving(STARTUP_RESOLVE).await;
     let resolving = tokio::spawn(resolver.run(stop_rx.clone()));
     let group_expiry = tokio::spawn(weir_server::run_group_expiry(
         broker,
@@ -786,28 +787,6 @@ impl Membership {
     }
 }
 
-/// Longest the agent waits before serving for its predecessor's pending files to be resolved.
+/// Longest a starting agent waits for its predecessor's pending files to be resolved before it
+/// serves.
 const STARTUP_RESOLVE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Files an earlier run of this agent acknowledged but had not confirmed when it stopped (a
-/// crash, RFC 0006) are pending in the log, and consumers would not see them until the
-/// resolver's first pass. One pass before the Kafka listener serves confirms those in a quorum,
-/// so a client reads what was acknowledged from its first fetch after a restart. Files still
-/// unresolved after it (a bucket not answering, a young missing file) are left to the resolver.
-async fn resolve_before_serving(control: &ControlPlane, resolver: &mut Resolver) {
-    if !control.leader_status().available || !control.read(|state| state.has_pending()) {
-        return;
-    }
-    match tokio::time::timeout(STARTUP_RESOLVE, resolver.pass()).await {
-        Ok(pass) => info!(
-            confirmed = pass.confirmed,
-            aborted = pass.aborted,
-            waiting = pass.waiting,
-            "resolved pending files of an earlier run before serving"
-        ),
-        Err(_) => warn!(
-            timeout = ?STARTUP_RESOLVE,
-            "pending files of an earlier run not resolved before serving; the resolver goes on"
-        ),
-    }
-}
