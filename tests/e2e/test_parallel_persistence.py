@@ -2,13 +2,16 @@
 on local files with the agent aborted between a reservation and its upload.
 
 With `produce.parallel_persistence`, a file's offsets are reserved in the metadata log while the
-file uploads. Here two of the three ingest buckets fail (through a fault proxy) while idempotent
-producers run: reservations are durable but their files cannot reach a quorum, so their
-produces fail retriably, the files stay pending, and once the buckets are back the resolver
-aborts them (their offsets become empty batches). The producers' retries then append anew.
+file uploads. Here ingest buckets fail (through a fault proxy) while idempotent producers run:
+reservations are durable but their files cannot reach a quorum, so their produces fail
+retriably and the files stay pending. Once the buckets are back the resolver settles them:
+- two of three buckets failed: each file is in the third; the resolver copies it to a quorum
+  and confirms it, and the producers' retries are answered as duplicates (no holes);
+- all three failed: no bucket holds them; the resolver aborts them (their offsets become empty
+  batches) and the retries append anew.
 
-Afterwards nothing acknowledged is lost, duplicated or reordered (the checker), the aborted
-offsets are the only holes in the record offsets, and librdkafka (confluent-kafka, kcat) and
+Afterwards nothing acknowledged is lost, duplicated or reordered (the checker), aborted offsets
+are the only holes in the record offsets, and librdkafka (confluent-kafka, kcat) and
 kafka-python all read every partition through them to the end."""
 
 from __future__ import annotations
@@ -30,25 +33,29 @@ from weirtest import (Rec, ck_admin, ck_consume, ck_consumer, ck_create_topics, 
 WAIT_S = 90.0
 
 
-@pytest.fixture
-def parallel_agent(agent_factory, cloud_env, moto_server, fault_proxy):
-    """(agent, proxy): three ingest buckets (quorum 2) and a metadata bucket on moto; buckets 1
-    and 2 are reached through `proxy`, bucket 0 and the metadata bucket directly."""
+@pytest.fixture(params=["two", "all"])
+def parallel_agent(request, agent_factory, cloud_env, moto_server, fault_proxy):
+    """(agent, proxy, failing): three ingest buckets (quorum 2) and a metadata bucket on moto;
+    buckets 1 and 2 (`failing` "two") or all three ("all") are reached through `proxy`, the
+    others and the metadata bucket directly."""
+    failing = request.param
     cloud_env.setenv("WEIR_PRODUCE_PARALLEL_PERSISTENCE", "true")
     cloud_env.setenv("WEIR_PRODUCE_ACK_DEADLINE", "2s")
     cloud_env.setenv("WEIR_PRODUCE_CLOCK_SKEW_MARGIN", "1s")
-    # An upload gives up within the outage, so its file never lands: the resolver must abort.
+    # An upload gives up within the outage, so its file never reaches a quorum (nor any bucket
+    # when all three fail): the resolver must repair or abort it.
     cloud_env.setenv("WEIR_PRODUCE_UPLOAD_ATTEMPTS", "1")
     cloud_env.setenv("WEIR_STORAGE_REQUEST_TIMEOUT", "1s")
     ingest = [moto_server.create_bucket("ingest") for _ in range(3)]
     meta = moto_server.create_bucket("meta")
-    proxy = fault_proxy(moto_server, name="buckets-1-2")
+    proxy = fault_proxy(moto_server, name=f"buckets-{failing}")
     direct = moto_server.endpoint
-    urls = [s3_url(ingest[0], direct), s3_url(ingest[1], proxy.endpoint),
+    first = direct if failing == "two" else proxy.endpoint
+    urls = [s3_url(ingest[0], first), s3_url(ingest[1], proxy.endpoint),
             s3_url(ingest[2], proxy.endpoint)]
     args = [a for url in urls for a in ("--ingest-bucket", url)]
     agent = agent_factory([*args, "--quorum", "2", "--metadata-bucket", s3_url(meta, direct)])
-    return agent, proxy
+    return agent, proxy, failing
 
 
 def settle(agent, topic: str, producers, report: Report) -> Report:
@@ -86,9 +93,9 @@ def records(got_by_partition: dict) -> dict:
     return {p: [(g.offset, g.value) for g in got] for p, got in got_by_partition.items()}
 
 
-def test_files_that_never_reach_a_quorum_are_aborted_and_every_client_reads_past_them(
+def test_files_that_never_reach_a_quorum_are_repaired_or_aborted_and_every_client_reads_them(
         parallel_agent, kcat):
-    agent, proxy = parallel_agent
+    agent, proxy, failing = parallel_agent
     topic = unique("parallel")
     ck_create_topics(agent.bootstrap, {topic: PARTITIONS})
     wait_topic(agent.bootstrap, topic, PARTITIONS)
@@ -102,14 +109,23 @@ def test_files_that_never_reach_a_quorum_are_aborted_and_every_client_reads_past
     time.sleep(5)
     assert "abandoning the reserving incarnation" in agent.log_text(), agent.log_tail()
     proxy.set_mode("pass")
-    wait_until(lambda: "resolver aborted pending files" in agent.log_text(), WAIT_S,
-               "the resolver aborted the files that never reached a quorum")
+    settled = "resolver repaired a pending file" if failing == "two" else \
+        "resolver aborted pending files"
+    wait_until(lambda: settled in agent.log_text(), WAIT_S,
+               f"the files that never reached a quorum settled: {settled}")
     at_heal = acked(producers)
     wait_until(lambda: acked(producers) >= at_heal + 200, WAIT_S, "acks after the outage")
 
-    report = settle(agent, topic, producers, Report("parallel-persistence-two-buckets-503", 0))
-    # The aborted files' offsets hold empty batches: holes in the record offsets, nothing else.
-    assert report.gaps > 0, report.line()
+    report = settle(agent, topic, producers,
+                    Report(f"parallel-persistence-{failing}-buckets-503", 0))
+    log = agent.log_text()
+    if failing == "two":
+        # Every file was in bucket 0: repaired, none aborted, so no holes.
+        assert "resolver aborted pending files" not in log, agent.log_tail()
+        assert report.gaps == 0, report.line()
+    else:
+        # The aborted files' offsets hold empty batches: holes in the record offsets only.
+        assert report.gaps > 0, report.line()
 
     everything = records(ck_consume(agent.bootstrap, topic, range(PARTITIONS)))
     assert records(kp_consume(agent.bootstrap, topic, range(PARTITIONS))) == everything

@@ -21,7 +21,7 @@ mod reserver;
 mod resolver;
 mod uploader;
 
-pub use metrics::ProduceMetrics;
+pub use metrics::{ProduceMetrics, ResolveOutcome};
 pub use pipeline::{
     PartitionBatches, PartitionOutcome, ProduceError, ProducePipeline, ProduceSettings,
     ProduceTicket, TicketOutcome,

@@ -39,6 +39,7 @@ pub struct ProduceMetrics {
     pub(crate) uploads_in_flight: IntGauge,
     pub(crate) upload_retries: IntCounter,
     pub(crate) acknowledged_unconfirmed: IntGauge,
+    resolved: IntCounterVec,
 }
 
 impl Default for ProduceMetrics {
@@ -80,6 +81,14 @@ impl ProduceMetrics {
                 "Parallel persistence: files acknowledged and served here whose confirmation \
                  is not durable yet",
             ),
+            resolved: counter_vec(
+                "weir_resolver_files_total",
+                "Parallel persistence: pending files of stopped or abandoned incarnations this \
+                 agent settled, by outcome: confirmed (found in a quorum), repaired (found in too \
+                 few buckets, copied to a quorum, then confirmed), aborted (in no quorum past the \
+                 ack deadline: their offsets hold empty batches)",
+                &["outcome"],
+            ),
         }
     }
 
@@ -93,6 +102,10 @@ impl ProduceMetrics {
         registry.register(Box::new(self.file_size.clone()))?;
         registry.register(Box::new(self.uploads_in_flight.clone()))?;
         registry.register(Box::new(self.acknowledged_unconfirmed.clone()))?;
+        for outcome in ResolveOutcome::ALL {
+            self.resolved(outcome);
+        }
+        registry.register(Box::new(self.resolved.clone()))?;
         registry.register(Box::new(self.upload_retries.clone()))
     }
 
@@ -101,9 +114,37 @@ impl ProduceMetrics {
         self.files_sealed.with_label_values(&[reason.label()])
     }
 
+    /// The resolver's counter of files settled with `outcome`.
+    pub fn resolved(&self, outcome: ResolveOutcome) -> IntCounter {
+        self.resolved.with_label_values(&[outcome.label()])
+    }
+
     pub(crate) fn observe(&self, stage: Stage, since: tokio::time::Instant) {
         self.stage
             .with_label_values(&[stage.name()])
             .observe(since.elapsed().as_secs_f64());
+    }
+}
+
+/// How the resolver settled a pending file (`weir_resolver_files_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolveOutcome {
+    /// In a quorum already.
+    Confirmed,
+    /// Copied from too few buckets to a quorum, then confirmed.
+    Repaired,
+    /// In no quorum past the ack deadline: its offsets hold empty batches.
+    Aborted,
+}
+
+impl ResolveOutcome {
+    const ALL: [ResolveOutcome; 3] = [Self::Confirmed, Self::Repaired, Self::Aborted];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Repaired => "repaired",
+            Self::Aborted => "aborted",
+        }
     }
 }

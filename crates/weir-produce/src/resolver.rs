@@ -4,11 +4,17 @@
 //! Each pass takes every such incarnation's pending files in reservation order and asks the
 //! ingest buckets (a HEAD each) where the file is:
 //! - in a quorum: confirmed (it may have been acknowledged, so it must become readable);
-//! - in too few buckets for any quorum, and sealed more than the ack deadline plus the
-//!   clock-skew margin ago: it can never be acknowledged, so it and every later pending file
-//!   of its incarnation are aborted, their offsets moved to a filler file of empty batches
-//!   uploaded first;
-//! - otherwise (still young, or a bucket did not answer): asked again next pass.
+//! - in at least one bucket, with enough buckets answering "not found" to make up a quorum:
+//!   repaired — copied from a holder into those buckets until a quorum holds it — and then
+//!   confirmed. Its copy may be one of a quorum whose other members do not answer (a bucket
+//!   down across a restart), so it may have been acknowledged; and a file that was not
+//!   acknowledged may be confirmed anyway (its records appear, as a timed-out Kafka produce's
+//!   may), which spares its partitions an aborted span of empty batches;
+//! - in no bucket that answered, in too few for any quorum counting every bucket that did not
+//!   answer as a holder, and sealed more than the ack deadline plus the clock-skew margin ago:
+//!   it can never be acknowledged, so it and every later pending file of its incarnation are
+//!   aborted, their offsets moved to a filler file of empty batches uploaded first;
+//! - otherwise (still young, or too few buckets answered): asked again next pass.
 //!
 //! Only the metadata log's leader resolves. Two resolvers racing is harmless: confirming twice
 //! does nothing, and an abort the state no longer matches is refused (its filler becomes an
@@ -26,6 +32,7 @@ use weir_control::{ConfirmedFile, ControlPlane, Entry, EntryResult, FileAbort, F
 use weir_format::{BatchMeta, FileBuilder};
 use weir_storage::{keys, QuorumWriter};
 
+use crate::metrics::{ProduceMetrics, ResolveOutcome};
 use crate::reserver::Incarnations;
 
 /// Resolver tuning.
@@ -55,14 +62,23 @@ impl Default for ResolverSettings {
 enum Whereabouts {
     /// In a quorum: these buckets hold it.
     Quorum(Vec<u8>),
+    /// In fewer buckets than a quorum (`holders`, at least one), and the buckets that answered
+    /// "not found" (`absent`) make up the rest of one: a copy into them repairs it. `missing`:
+    /// no quorum can hold it now, even counting every bucket that did not answer (what to do
+    /// if the repair fails).
+    Short {
+        holders: Vec<u8>,
+        absent: Vec<u8>,
+        missing: bool,
+    },
     /// In too few buckets for a quorum, counting every bucket that did not answer as a holder.
     Missing,
     /// Not known yet (a bucket did not answer).
     Unknown,
 }
 
-/// A pending file and the buckets that may hold it.
-type Candidate = (FileId, Vec<u8>);
+/// A pending file, the buckets that may hold it, and its size.
+type Candidate = (FileId, Vec<u8>, u64);
 
 /// A pending batch to fill: its partition, base offset, span and timestamps.
 struct ToFill {
@@ -78,6 +94,8 @@ struct ToFill {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ResolvePass {
     pub confirmed: usize,
+    /// Of those confirmed, how many were first copied into more buckets to make a quorum.
+    pub repaired: usize,
     pub aborted: usize,
     /// Pending files left for a later pass.
     pub waiting: usize,
@@ -91,6 +109,7 @@ pub struct Resolver {
     incarnations: Option<Arc<Incarnations>>,
     settings: ResolverSettings,
     rng: fastrand::Rng,
+    metrics: ProduceMetrics,
 }
 
 impl Resolver {
@@ -109,7 +128,15 @@ impl Resolver {
             incarnations,
             settings,
             rng: fastrand::Rng::with_seed(seed),
+            metrics: ProduceMetrics::new(),
         }
+    }
+
+    /// Counts what it settles in `metrics` (`weir_resolver_files_total`) instead of counters of
+    /// its own.
+    pub fn with_metrics(mut self, metrics: ProduceMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Resolves every `interval` while something is pending, until `stop` turns true.
@@ -151,6 +178,7 @@ impl Resolver {
         match tokio::time::timeout(timeout, self.pass()).await {
             Ok(pass) => info!(
                 confirmed = pass.confirmed,
+                repaired = pass.repaired,
                 aborted = pass.aborted,
                 waiting = pass.waiting,
                 "resolved pending files of an earlier run before serving"
@@ -175,13 +203,12 @@ impl Resolver {
                     let files = files
                         .iter()
                         .map(|file| {
-                            let candidates = state
-                                .files
-                                .get(&file.file_id)
+                            let meta = state.files.get(&file.file_id);
+                            let candidates = meta
                                 .map(|meta| meta.buckets.clone())
                                 .filter(|buckets| !buckets.is_empty())
                                 .unwrap_or_else(|| (0..buckets).map(|b| b as u8).collect());
-                            (file.file_id, candidates)
+                            (file.file_id, candidates, meta.map_or(0, |meta| meta.size))
                         })
                         .collect();
                     (agent.clone(), files)
@@ -191,19 +218,40 @@ impl Resolver {
         let mut pass = ResolvePass::default();
         let give_up_ms = (self.settings.ack_deadline + self.settings.clock_skew_margin).as_millis();
         let now_ms = self.clock.now_ms();
+        let old = |file_id: &FileId| {
+            i128::from(now_ms) - i128::from(file_id.unix_ms()) > give_up_ms as i128
+        };
         for (agent, files) in work {
             let mut confirmed = Vec::new();
+            let mut repaired = 0;
             let mut abort_from = None;
-            for (position, (file_id, candidates)) in files.iter().enumerate() {
+            for (position, (file_id, candidates, size)) in files.iter().enumerate() {
                 match self.locate(file_id, candidates).await {
                     Whereabouts::Quorum(holders) => confirmed.push(ConfirmedFile {
                         file_id: *file_id,
                         buckets: holders,
                     }),
-                    Whereabouts::Missing
-                        if i128::from(now_ms) - i128::from(file_id.unix_ms())
-                            > give_up_ms as i128 =>
-                    {
+                    Whereabouts::Short {
+                        holders,
+                        absent,
+                        missing,
+                    } => match self.repair(&agent, file_id, *size, holders, absent).await {
+                        Some(holders) => {
+                            repaired += 1;
+                            confirmed.push(ConfirmedFile {
+                                file_id: *file_id,
+                                buckets: holders,
+                            });
+                        }
+                        // The copies did not land (a bucket that answers HEADs but refuses
+                        // PUTs: a full disk): as if the file had not been found.
+                        None if missing && old(file_id) => {
+                            abort_from = Some(position);
+                            break;
+                        }
+                        None => break,
+                    },
+                    Whereabouts::Missing if old(file_id) => {
                         abort_from = Some(position);
                         break;
                     }
@@ -221,6 +269,10 @@ impl Resolver {
                 {
                     Ok(EntryResult::ConfirmFiles(n)) => {
                         pass.confirmed += n;
+                        pass.repaired += repaired.min(n);
+                        let metric = |outcome| self.metrics.resolved(outcome);
+                        metric(ResolveOutcome::Repaired).inc_by(repaired.min(n) as u64);
+                        metric(ResolveOutcome::Confirmed).inc_by(n.saturating_sub(repaired) as u64);
                         info!(
                             agent,
                             confirmed = n,
@@ -234,9 +286,14 @@ impl Resolver {
                 }
             }
             if let Some(from) = abort_from {
-                let aborted: Vec<FileId> = files[from..].iter().map(|(id, _)| *id).collect();
+                let aborted: Vec<FileId> = files[from..].iter().map(|(id, _, _)| *id).collect();
                 match self.abort(&agent, aborted).await {
-                    Ok(n) => pass.aborted += n,
+                    Ok(n) => {
+                        pass.aborted += n;
+                        self.metrics
+                            .resolved(ResolveOutcome::Aborted)
+                            .inc_by(n as u64);
+                    }
                     Err(why) => {
                         pass.waiting += files.len() - from;
                         warn!(agent, why, "resolver could not abort; retrying next pass");
@@ -252,6 +309,7 @@ impl Resolver {
         let key = keys::data_file(keys::Tier::Ingest, file_id);
         let quorum = self.writer.quorum();
         let mut holders = Vec::new();
+        let mut absent = Vec::new();
         let mut unanswered = 0;
         for &bucket in candidates {
             let Some(store) = self.writer.buckets().get(usize::from(bucket)) else {
@@ -259,17 +317,90 @@ impl Resolver {
             };
             match store.head(&key).await {
                 Ok(_) => holders.push(bucket),
-                Err(object_store::Error::NotFound { .. }) => {}
+                Err(object_store::Error::NotFound { .. }) => absent.push(bucket),
                 Err(_) => unanswered += 1,
             }
         }
         if holders.len() >= quorum {
             Whereabouts::Quorum(holders)
+        } else if !holders.is_empty() && holders.len() + absent.len() >= quorum {
+            let missing = holders.len() + unanswered < quorum;
+            Whereabouts::Short {
+                holders,
+                absent,
+                missing,
+            }
         } else if holders.len() + unanswered < quorum {
             Whereabouts::Missing
         } else {
             Whereabouts::Unknown
         }
+    }
+
+    /// Copies `file_id` from one of `holders` into buckets of `absent` until a quorum holds it,
+    /// and returns the holders then; `None` (asked again next pass) when no holder's copy could
+    /// be read whole or too few copies landed. A copy whose length is not the reserved size is
+    /// not copied: PUTs are atomic, so that is a different object, not a partial one.
+    async fn repair(
+        &self,
+        agent: &str,
+        file_id: &FileId,
+        size: u64,
+        mut holders: Vec<u8>,
+        absent: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let key = keys::data_file(keys::Tier::Ingest, file_id);
+        let buckets = self.writer.buckets();
+        let mut bytes = None;
+        for &holder in &holders {
+            let Some(store) = buckets.get(usize::from(holder)) else {
+                continue;
+            };
+            match store.get(&key).await {
+                Ok(got) => match got.bytes().await {
+                    Ok(body) if body.len() as u64 == size => {
+                        bytes = Some(body);
+                        break;
+                    }
+                    Ok(body) => warn!(
+                        agent,
+                        %file_id,
+                        holder,
+                        len = body.len(),
+                        size,
+                        "pending file's copy is not the size reserved; not repairing from it"
+                    ),
+                    Err(err) => debug!(%file_id, holder, %err, "repair read failed"),
+                },
+                Err(err) => debug!(%file_id, holder, %err, "repair read failed"),
+            }
+        }
+        let bytes = bytes?;
+        let from = holders.clone();
+        for bucket in absent {
+            if holders.len() >= self.writer.quorum() {
+                break;
+            }
+            let Some(store) = buckets.get(usize::from(bucket)) else {
+                continue;
+            };
+            match store.put(&key, PutPayload::from(bytes.clone())).await {
+                Ok(_) => holders.push(bucket),
+                Err(err) => debug!(%file_id, bucket, %err, "repair copy failed"),
+            }
+        }
+        if holders.len() < self.writer.quorum() {
+            return None;
+        }
+        holders.sort_unstable();
+        info!(
+            agent,
+            %file_id,
+            ?from,
+            ?holders,
+            "resolver repaired a pending file found in too few buckets: copied it to a quorum"
+        );
+        Some(holders)
     }
 
     /// Uploads a filler for `files` (the last pending files of `agent`) and aborts them.

@@ -287,6 +287,8 @@ struct World {
     woken: Option<(usize, u64)>,
     /// Create-only PUTs of the metadata bucket answered `AlreadyExists` without writing.
     create_conflicts: Arc<AtomicU64>,
+    /// Every agent's resolver counts what it settles here (RFC 0006).
+    resolved: weir_produce::ProduceMetrics,
     /// Agent processes started (their numbers).
     opened_count: u32,
     /// Earliest time the next open may start (backoff after a failed one).
@@ -498,6 +500,7 @@ impl World {
             overlap: None,
             woken: None,
             create_conflicts,
+            resolved: weir_produce::ProduceMetrics::new(),
             opened_count: 0,
             open_after: tokio::time::Instant::now(),
             clients,
@@ -596,6 +599,10 @@ impl World {
         self.report.log_start_advance = self.auditor.log_start_advance;
         self.report.files_deleted = self.ledger.deleted().len() as u64;
         self.report.late_copies = self.ledger.late_copies();
+        self.report.repaired_files = self
+            .resolved
+            .resolved(weir_produce::ResolveOutcome::Repaired)
+            .get();
         for pool in &self.pools {
             let stats = pool.stats();
             self.report.pool_hits += stats.hits;

@@ -44,7 +44,7 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Vec<SimReport> {
 fn test_sim_seeds_0_to_39_exercise_every_fault() {
     let reports = run_seeds(0..40);
     let total = |count: fn(&SimReport) -> u64| reports.iter().map(count).sum::<u64>();
-    let kinds: [(&str, u64); 27] = [
+    let kinds: [(&str, u64); 29] = [
         ("crashes", total(|r| r.crashes.into())),
         ("takeovers", total(|r| r.takeovers.into())),
         ("dead log slots", total(|r| r.dead_slots)),
@@ -80,6 +80,11 @@ fn test_sim_seeds_0_to_39_exercise_every_fault() {
         ),
         ("slow metadata buckets", total(|r| r.slow_logs.into())),
         ("lagging data buckets", total(|r| r.put_lags.into())),
+        (
+            "pending files repaired to a quorum",
+            total(|r| r.repaired_files),
+        ),
+        ("pending batches aborted", total(|r| r.aborted_batches)),
         ("collected log slots", total(|r| r.log_slots_collected)),
         (
             "held slot PUTs released after GC",

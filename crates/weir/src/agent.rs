@@ -373,7 +373,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             ..ResolverSettings::default()
         },
         seed,
-    );
+    )
+    .with_metrics(broker.produce.metrics().clone());
     // Before the Kafka listener serves: a restart's acknowledged, unconfirmed files readable.
     resolver.pass_before_serving(STARTUP_RESOLVE).await;
     let resolving = tokio::spawn(resolver.run(stop_rx.clone()));

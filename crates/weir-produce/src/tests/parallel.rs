@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::reserver::CONFIRM_LINGER;
-use crate::{ResolvePass, Resolver, ResolverSettings};
+use crate::{ResolveOutcome, ResolvePass, Resolver, ResolverSettings};
 use weir_protocol::batch::BatchHeader;
 
 fn parallel(ack_deadline: Duration) -> ProduceSettings {
@@ -35,6 +35,41 @@ fn idempotent(topic: TopicId, producer: (i64, i16), sequence: i32, count: i32) -
         &[count],
         (producer.0, producer.1, sequence),
     )])
+}
+
+/// Three buckets, quorum two, a 10 s ack deadline: one idempotent batch of three records sent
+/// with the buckets in `down` down, which fails its upload and leaves its file pending (the
+/// buckets stay down).
+async fn upload_failed_with_down(down: &[usize]) -> (Harness, TopicId, (i64, i16)) {
+    let h = harness(
+        vec![LatencyProfile::local(); 3],
+        2,
+        parallel(Duration::from_secs(10)),
+    )
+    .await;
+    let topic = h
+        .control
+        .create_topic("failed", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let producer = init_producer(&h.control).await;
+    for &bucket in down {
+        h.buckets[bucket].model.set_outage(true);
+    }
+    let failed = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await;
+    assert!(
+        matches!(
+            &failed[0],
+            PartitionOutcome::Failed(ProduceError::Storage(_))
+        ),
+        "{failed:?}"
+    );
+    assert_eq!(pending_files(&h.control), 1);
+    (h, topic, producer)
 }
 
 /// Acknowledged once reserved and uploaded, in seal order with dense offsets; the files are
@@ -82,38 +117,13 @@ async fn test_parallel_acks_with_dense_offsets_then_confirms() {
     }
 }
 
-/// An upload that cannot reach a quorum fails its tickets and leaves its file pending: a retry
-/// is refused retriably (the original may still land) until the resolver, once the file is
-/// past the ack deadline and the margin, aborts it. The offsets then hold an empty batch and
-/// the retry appends anew.
+/// An upload that lands nowhere fails its tickets and leaves its file pending: a retry is
+/// refused retriably (the original may still land) until the resolver, once the file is past
+/// the ack deadline and the margin, aborts it. The offsets then hold an empty batch and the
+/// retry appends anew.
 #[tokio::test(start_paused = true)]
 async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadline() {
-    let h = harness(
-        vec![LatencyProfile::local(); 3],
-        2,
-        parallel(Duration::from_secs(10)),
-    )
-    .await;
-    let topic = h
-        .control
-        .create_topic("abort", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
-    let producer = init_producer(&h.control).await;
-    h.buckets[1].model.set_outage(true);
-    h.buckets[2].model.set_outage(true);
-    let failed = h
-        .pipeline
-        .submit(idempotent(topic, producer, 0, 3))
-        .await
-        .await;
-    assert!(
-        matches!(
-            &failed[0],
-            PartitionOutcome::Failed(ProduceError::Storage(_))
-        ),
-        "{failed:?}"
-    );
+    let (h, topic, producer) = upload_failed_with_down(&[0, 1, 2]).await;
     assert_eq!(pending_files(&h.control), 1);
     let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
     assert_eq!(
@@ -127,13 +137,10 @@ async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadl
         waiting: 1,
         ..ResolvePass::default()
     };
-    assert_eq!(
-        resolver.pass().await,
-        waiting,
-        "two buckets do not answer: unknown"
-    );
-    h.buckets[1].model.set_outage(false);
-    h.buckets[2].model.set_outage(false);
+    assert_eq!(resolver.pass().await, waiting, "no bucket answers: unknown");
+    for bucket in &h.buckets {
+        bucket.model.set_outage(false);
+    }
     assert_eq!(
         resolver.pass().await,
         waiting,
@@ -184,6 +191,54 @@ async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadl
         vec![committed(3)],
         "the rolled-back sequence appends anew"
     );
+}
+
+/// A file in one bucket of three (quorum two), with a second bucket down and the third without
+/// it, is the state a crash can leave: the down bucket may hold the quorum's other copy, so the
+/// file may have been acknowledged and cannot be aborted, and one copy cannot be confirmed.
+/// The resolver copies it into the bucket that answered "not found" and confirms it there; a
+/// retry is then a duplicate with its offset instead of waiting on the file while the bucket
+/// stays down.
+#[tokio::test(start_paused = true)]
+async fn test_resolver_repairs_a_file_in_one_bucket_while_another_is_down() {
+    let (h, topic, producer) = upload_failed_with_down(&[1, 2]).await;
+    let (_, stable, index) = partition_view(&h.control, topic, 0);
+    assert_eq!((stable, index.len()), (0, 1));
+    let key = file_key(index[0].file_id);
+    assert!(h.buckets[0].raw.head(&key).await.is_ok());
+    assert!(h.buckets[1].raw.head(&key).await.is_err());
+
+    h.buckets[1].model.set_outage(false);
+    let metrics = crate::ProduceMetrics::new();
+    let mut resolver = resolver(&h).with_metrics(metrics.clone());
+    let pass = resolver.pass().await;
+    assert_eq!(
+        pass,
+        ResolvePass {
+            confirmed: 1,
+            repaired: 1,
+            ..ResolvePass::default()
+        },
+        "copied into bucket 1 and confirmed, bucket 2 still down"
+    );
+    let counted = [ResolveOutcome::Confirmed, ResolveOutcome::Repaired]
+        .map(|outcome| metrics.resolved(outcome).get());
+    assert_eq!(counted, [0, 1], "counted as repaired only");
+    assert!(h.buckets[1].raw.head(&key).await.is_ok(), "the copy landed");
+    assert_eq!(
+        h.control
+            .read(|state| state.files[&index[0].file_id].buckets.clone()),
+        vec![0, 1],
+        "the confirmation names the holders"
+    );
+    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
+    assert_eq!((high_watermark, stable), (3, 3));
+    let retry = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await;
+    assert_eq!(retry, vec![committed(0)], "a duplicate of the original");
 }
 
 /// A file that reached its quorum after the ack deadline is never acknowledged, but it is in a

@@ -174,6 +174,7 @@ impl World {
                 // Not a draw: a new draw would shift every later one, and every seed's run.
                 u64::from(number) ^ 0x7265_736f_6c76_6572,
             )
+            .with_metrics(self.resolved.clone())
             .run(deleter.subscribe()),
         );
         self.start_sweeper(

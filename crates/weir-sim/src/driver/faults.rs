@@ -79,6 +79,18 @@ impl World {
             self.event(&format!(
                 "lost upload: {count} data PUT(s) refused but in bucket {spared}"
             ));
+            if self.buckets.len() > 2 && self.lost_upload_rng.bool() {
+                // ...and one of the refusing buckets goes down until an outage toggle or the
+                // heal: a file left in the spared bucket alone can be neither confirmed (one
+                // copy) nor aborted (the down bucket may hold a quorum's other copy, so it may
+                // have been acknowledged), while its producers' retries wait on it. The
+                // resolver must copy it into a bucket that answers (RFC 0006, repair).
+                let others = self.buckets.len() - 1;
+                let down = (spared + 1 + self.lost_upload_rng.usize(..others)) % self.buckets.len();
+                self.buckets[down].model.set_outage(true);
+                self.report.bucket_outages += 1;
+                self.event(&format!("lost upload: bucket {down} down"));
+            }
         }
         if s.produce.parallel_persistence && self.lost_upload_rng.f64() < P_SLOW_UPLOADS {
             // Data PUTs land late on every bucket for a while (or stop lagging): reserved files

@@ -87,6 +87,8 @@ pub struct SimReport {
     pub lost_uploads: u64,
     /// Slow-upload faults: every data bucket's PUTs landed late for a while.
     pub slow_uploads: u64,
+    /// Pending files the resolvers found in too few buckets and copied to a quorum.
+    pub repaired_files: u64,
     /// Reads that found an object deleted longer than plan TTL + read deadline after planning
     /// (the read itself outlived its bound; not a breach).
     pub overtaken_reads: u64,
@@ -139,7 +141,7 @@ impl fmt::Display for SimReport {
              acked, {} resends, {} crashes, {} takeovers ({} dead log slots), {} overlapping \
              recoveries ({} claims overtaken), {} bucket outages, {} slowdowns, {} log \
              outages, {} metadata create conflicts, {} consumed ({} pauses, {} resets to the log start, {} \
-             held plans, {} expired, {} on a deposed writer's plans, {} second reads, {} fillers read); {} lost uploads, {} slow-upload spells, {} aborted batches; {} retention passes, {} DeleteRecords, log starts moved \
+             held plans, {} expired, {} on a deposed writer's plans, {} second reads, {} fillers read); {} lost uploads, {} slow-upload spells, {} files repaired, {} aborted batches; {} retention passes, {} DeleteRecords, log starts moved \
              {}, {} files deleted, {} log slots collected ({} live besides fences), {} held slot PUTs ({} past GC), {} stalled recoveries ({} past GC), {} quiet producers ({} refusals for lost producer state, {} epoch bumps, {} batches given up), {} slow metadata buckets, {} lagging buckets, {} overtaken reads, {} late copies, pool {}/{}/{} hits/misses/discards, {} compactions of {} jobs ({} refused, {} batches moved, {} regional outages), {} agents cut off peers, {} cut off the metadata bucket, {} isolated from both, {} epochs, {} group commits ({} refused); lost {}, duplicated {}, \
              reordered {}, gaps {}, violations {}; trace {:016x}",
             self.seed,
@@ -170,6 +172,7 @@ impl fmt::Display for SimReport {
             self.fillers_read,
             self.lost_uploads,
             self.slow_uploads,
+            self.repaired_files,
             self.aborted_batches,
             self.retention_ticks,
             self.delete_records,
