@@ -52,7 +52,11 @@ def finish(agent, topic: str, producers: list[CheckedProducer], report: Report) 
     assert report.lost == 0, report.line()
     assert report.duplicated == 0, report.line()
     assert report.reordered == 0, report.line()
-    assert report.gaps == 0, report.line()
+    # The only holes allowed: with parallel persistence (RFC 0006), a file no bucket holds is
+    # aborted and its reserved offsets hold empty batches, which consumers step over. The
+    # serial path never logs such an abort.
+    if "resolver aborted pending files" not in agent.log_text():
+        assert report.gaps == 0, report.line()
     # librdkafka retries until message.timeout.ms (180 s): a failed delivery means the agent
     # gave a non-retriable answer to a fault.
     assert report.failed_deliveries == 0, report.line()
@@ -104,8 +108,12 @@ def test_fault_kill9_at_random_points(agent, seed):
 
 @pytest.mark.parametrize("point", ["after-upload-before-commit", "after-commit-before-ack",
                                    "after-log-write-before-publish"])
-def test_fault_failpoint_crash(agent, point):
+def test_fault_failpoint_crash(agent, point, monkeypatch):
     """The agent aborts itself at a named protocol window on a seeded hit count, then restarts."""
+    if point == "after-upload-before-commit":
+        # A window of the serial path only: with parallel persistence the reservation and the
+        # upload overlap (its window is after-reserve-before-ack, test_parallel_persistence.py).
+        monkeypatch.setenv("WEIR_PRODUCE_PARALLEL_PERSISTENCE", "false")
     seed = sum(map(ord, point))
     hit = random.Random(seed).randint(20, 80)
     topic = unique("fp")

@@ -81,6 +81,35 @@ impl Incarnations {
         self.current().1
     }
 
+    /// Whether `name` is one of these incarnations that is no longer live. Such an incarnation
+    /// never answers another ticket: the acker fails every file whose incarnation is not the
+    /// live one, checked once the upload is done and with no await between that check and the
+    /// answer, and generations only grow. So a file of it that is not in a quorum now was not
+    /// acknowledged and never will be, wherever its upload stands.
+    pub fn abandoned_here(&self, name: &str) -> bool {
+        let generation = if name == self.base {
+            0
+        } else {
+            match name
+                .strip_prefix(self.base.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                Some(n) if n > 0 => n,
+                _ => return false,
+            }
+        };
+        generation < self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Abandons the live incarnation `times` times.
+    #[cfg(test)]
+    pub(crate) fn abandon_for_test(&self, times: u64) {
+        for _ in 0..times {
+            self.abandon(self.current().0, "a test");
+        }
+    }
+
     /// Ends `generation` (if it is still the live one): its unanswered files fail, and the
     /// next reservation starts a new chain.
     fn abandon(&self, generation: u64, why: &str) {
@@ -318,8 +347,16 @@ async fn acker(
                 continue;
             }
             Err(err) => {
-                fail_tickets(job.tickets, ProduceError::Control(err));
                 incarnations.abandon(generation, "a reservation's log write failed");
+                // When the data failed too (a full disk under both), say so: clients and
+                // operators see KAFKA_STORAGE_ERROR, as on the serial path, rather than a
+                // timeout. Later files of the incarnation fail regardless meanwhile.
+                let deadline = job.sealed_at + ack_deadline;
+                let error = match tokio::time::timeout_at(deadline, job.upload).await {
+                    Ok(Ok((Err(reason), _))) => ProduceError::Storage(reason),
+                    _ => ProduceError::Control(err),
+                };
+                fail_tickets(job.tickets, error);
                 continue;
             }
         };

@@ -11,9 +11,11 @@
 //!   acknowledged may be confirmed anyway (its records appear, as a timed-out Kafka produce's
 //!   may), which spares its partitions an aborted span of empty batches;
 //! - in no bucket that answered, in too few for any quorum counting every bucket that did not
-//!   answer as a holder, and sealed more than the ack deadline plus the clock-skew margin ago:
-//!   it can never be acknowledged, so it and every later pending file of its incarnation are
-//!   aborted, their offsets moved to a filler file of empty batches uploaded first;
+//!   answer as a holder, and either sealed more than the ack deadline plus the clock-skew
+//!   margin ago or of one of this agent's own abandoned incarnations (which never answer
+//!   another ticket, see [`Incarnations::abandoned_here`]): it can never be acknowledged, so
+//!   it and every later pending file of its incarnation are aborted, their offsets moved to a
+//!   filler file of empty batches uploaded first;
 //! - otherwise (still young, or too few buckets answered): asked again next pass.
 //!
 //! Only the metadata log's leader resolves. Two resolvers racing is harmless: confirming twice
@@ -222,6 +224,14 @@ impl Resolver {
             i128::from(now_ms) - i128::from(file_id.unix_ms()) > give_up_ms as i128
         };
         for (agent, files) in work {
+            // A file of an incarnation of this process that no longer reserves can never be
+            // acknowledged: missing, it is aborted at once. The deadline and margin are for
+            // other processes' incarnations, which may still be running.
+            let own = self
+                .incarnations
+                .as_ref()
+                .is_some_and(|incarnations| incarnations.abandoned_here(&agent));
+            let abortable = |file_id: &FileId| own || old(file_id);
             let mut confirmed = Vec::new();
             let mut repaired = 0;
             let mut abort_from = None;
@@ -245,13 +255,13 @@ impl Resolver {
                         }
                         // The copies did not land (a bucket that answers HEADs but refuses
                         // PUTs: a full disk): as if the file had not been found.
-                        None if missing && old(file_id) => {
+                        None if missing && abortable(file_id) => {
                             abort_from = Some(position);
                             break;
                         }
                         None => break,
                     },
-                    Whereabouts::Missing if old(file_id) => {
+                    Whereabouts::Missing if abortable(file_id) => {
                         abort_from = Some(position);
                         break;
                     }

@@ -13,12 +13,26 @@ fn parallel(ack_deadline: Duration) -> ProduceSettings {
     }
 }
 
+/// The resolver of the pipeline's own agent.
 fn resolver(h: &Harness) -> Resolver {
     Resolver::new(
         h.control.clone(),
         h.writer.clone(),
         Arc::new(h.clock.clone()),
         h.pipeline.incarnations(),
+        ResolverSettings::default(),
+        9,
+    )
+}
+
+/// A resolver that knows none of the pipeline's incarnations, as another agent's (or a
+/// restarted one's) would be.
+fn foreign_resolver(h: &Harness) -> Resolver {
+    Resolver::new(
+        h.control.clone(),
+        h.writer.clone(),
+        Arc::new(h.clock.clone()),
+        None,
         ResolverSettings::default(),
         9,
     )
@@ -118,9 +132,9 @@ async fn test_parallel_acks_with_dense_offsets_then_confirms() {
 }
 
 /// An upload that lands nowhere fails its tickets and leaves its file pending: a retry is
-/// refused retriably (the original may still land) until the resolver, once the file is past
-/// the ack deadline and the margin, aborts it. The offsets then hold an empty batch and the
-/// retry appends anew.
+/// refused retriably (the original may still land) until a resolver of another process, once
+/// the file is past the ack deadline and the margin, aborts it (it cannot know whether the
+/// incarnation still runs). The offsets then hold an empty batch and the retry appends anew.
 #[tokio::test(start_paused = true)]
 async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadline() {
     let (h, topic, producer) = upload_failed_with_down(&[0, 1, 2]).await;
@@ -132,7 +146,7 @@ async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadl
         "offsets reserved, nothing readable"
     );
 
-    let mut resolver = resolver(&h);
+    let mut resolver = foreign_resolver(&h);
     let waiting = ResolvePass {
         waiting: 1,
         ..ResolvePass::default()
@@ -191,6 +205,52 @@ async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadl
         vec![committed(3)],
         "the rolled-back sequence appends anew"
     );
+}
+
+/// Which incarnation names are this agent's abandoned ones.
+#[test]
+fn test_abandoned_here_knows_its_own_past_incarnations_only() {
+    let incarnations = crate::Incarnations::new("agent-1".into());
+    assert!(!incarnations.abandoned_here("agent-1"), "live");
+    incarnations.abandon_for_test(2);
+    assert_eq!(incarnations.live(), "agent-1.2");
+    for (name, abandoned) in [
+        ("agent-1", true),
+        ("agent-1.1", true),
+        ("agent-1.2", false),
+        ("agent-1.3", false),
+        ("agent-1.0", false),
+        ("agent-10", false),
+        ("agent-1.x", false),
+        ("agent-2.1", false),
+    ] {
+        assert_eq!(incarnations.abandoned_here(name), abandoned, "{name}");
+    }
+}
+
+/// The agent's own resolver aborts a missing file of an incarnation the agent abandoned at
+/// once: that incarnation never answers another ticket, so there is no deadline to wait for,
+/// and the partition's consumers and the retry do not wait either.
+#[tokio::test(start_paused = true)]
+async fn test_own_abandoned_incarnation_missing_file_is_aborted_at_once() {
+    let (h, topic, producer) = upload_failed_with_down(&[0, 1, 2]).await;
+    for bucket in &h.buckets {
+        bucket.model.set_outage(false);
+    }
+    let pass = resolver(&h).pass().await;
+    assert_eq!(
+        (pass.aborted, pass.waiting),
+        (1, 0),
+        "aborted before the deadline: {pass:?}"
+    );
+    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
+    assert_eq!((high_watermark, stable), (3, 3));
+    let appended = h
+        .pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await;
+    assert_eq!(appended, vec![committed(3)], "the retry appends anew");
 }
 
 /// A file in one bucket of three (quorum two), with a second bucket down and the third without
