@@ -67,19 +67,24 @@ impl World {
             && self.lost_upload_rng.f64() < P_LOST_UPLOAD
         {
             // Every bucket but one refuses the next few data PUTs: the files they belong to
-            // miss their quorum (and are aborted) while the files after them land.
+            // miss their quorum (and are repaired from the one copy) while the files after
+            // them land. On a third of them every bucket refuses: those files land nowhere and
+            // are aborted, with later files in a quorum behind them.
             let spared = self.lost_upload_rng.usize(..self.buckets.len());
+            let everywhere = self.lost_upload_rng.usize(..3) == 0;
             let count = self.lost_upload_rng.u64(1..=4);
             for (index, bucket) in self.buckets.iter().enumerate() {
-                if index != spared {
+                if index != spared || everywhere {
                     bucket.faults.drop_data_puts.store(count, Ordering::SeqCst);
                 }
             }
             self.report.lost_uploads += 1;
-            self.event(&format!(
-                "lost upload: {count} data PUT(s) refused but in bucket {spared}"
-            ));
-            if self.buckets.len() > 2 && self.lost_upload_rng.bool() {
+            self.event(&if everywhere {
+                format!("lost upload: {count} data PUT(s) refused in every bucket")
+            } else {
+                format!("lost upload: {count} data PUT(s) refused but in bucket {spared}")
+            });
+            if !everywhere && self.buckets.len() > 2 && self.lost_upload_rng.bool() {
                 // ...and one of the refusing buckets goes down until an outage toggle or the
                 // heal: a file left in the spared bucket alone can be neither confirmed (one
                 // copy) nor aborted (the down bucket may hold a quorum's other copy, so it may
