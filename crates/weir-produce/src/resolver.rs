@@ -254,8 +254,11 @@ impl Resolver {
                             });
                         }
                         // The copies did not land (a bucket that answers HEADs but refuses
-                        // PUTs: a full disk): as if the file had not been found.
-                        None if missing && abortable(file_id) => {
+                        // PUTs: a full disk): as if the file had not been found, but only past
+                        // the deadline even for this agent's own incarnations, so that a file
+                        // with a copy gets passes to be repaired before its offsets are given
+                        // up as a hole.
+                        None if missing && old(file_id) => {
                             abort_from = Some(position);
                             break;
                         }

@@ -95,17 +95,11 @@ impl Broker {
         if self.settings.cluster_incarnation.is_none() {
             return false;
         }
-        let available = *self.control.availability().borrow();
-        let mut since = self
-            .unavailable_since
+        self.outage
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if available {
-            *since = None;
-            return false;
-        }
-        since.get_or_insert_with(std::time::Instant::now).elapsed()
-            >= self.settings.registration_grace
+            .unwrap_or_else(|p| p.into_inner())
+            .lasted()
+            .is_some_and(|lasted| lasted >= self.settings.registration_grace)
     }
 
     /// The controller Metadata and DescribeCluster name among `agents`: this agent when it is

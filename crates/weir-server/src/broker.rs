@@ -126,10 +126,45 @@ pub struct Broker {
     pub(crate) coordinations: Mutex<Coordinations>,
     /// When this broker started (for `registration_grace`).
     pub(crate) started: std::time::Instant,
-    /// Since when `live_agents` has seen this agent's control plane unavailable (`None`: it
-    /// was available at the last look).
-    pub(crate) unavailable_since: Mutex<Option<std::time::Instant>>,
+    /// Since when `live_agents` has seen this agent's control plane unavailable without a break
+    /// (see `Outage`).
+    pub(crate) outage: Mutex<Outage>,
     seeds: AtomicU64,
+}
+
+/// How long this agent's control plane has been unavailable, as the calls that list the agents
+/// see it. A change of availability between two looks restarts the clock, so an outage that
+/// ended unseen does not count toward a later one.
+#[derive(Debug)]
+pub(crate) struct Outage {
+    availability: tokio::sync::watch::Receiver<bool>,
+    since: Option<std::time::Instant>,
+}
+
+impl Outage {
+    fn new(availability: tokio::sync::watch::Receiver<bool>) -> Self {
+        Self {
+            availability,
+            since: None,
+        }
+    }
+
+    /// How long the plane has been unavailable without a break, `None` if it is available.
+    pub(crate) fn lasted(&mut self) -> Option<std::time::Duration> {
+        let changed = self.availability.has_changed().unwrap_or(false);
+        if *self.availability.borrow_and_update() {
+            self.since = None;
+            return None;
+        }
+        if changed {
+            self.since = None;
+        }
+        Some(
+            self.since
+                .get_or_insert_with(std::time::Instant::now)
+                .elapsed(),
+        )
+    }
 }
 
 impl Broker {
@@ -146,6 +181,7 @@ impl Broker {
             .max_inflight_request_bytes
             .max(settings.max_frame_bytes);
         let groups = GroupCoordinator::start(settings.groups.clone(), clock.clone(), seed);
+        let outage = Mutex::new(Outage::new(control.availability()));
         Self {
             request_memory: RequestMemory::new(request_bytes),
             fetch_memory: ResponseBudget::new(settings.max_inflight_fetch_bytes),
@@ -159,7 +195,7 @@ impl Broker {
             clock,
             coordinations: Mutex::default(),
             started: std::time::Instant::now(),
-            unavailable_since: Mutex::default(),
+            outage,
             seeds: AtomicU64::new(seed),
         }
     }

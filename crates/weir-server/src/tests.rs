@@ -835,3 +835,54 @@ async fn test_an_agent_cut_off_from_its_log_stops_listing_itself() {
     assert_eq!(ids(), [1, 2]);
     let _ = failed.await;
 }
+
+/// An outage that ended while no call looked does not count toward the next: the agent lists
+/// itself until the new outage itself has lasted the grace. (It used to keep the first
+/// unavailable look's time, so a member whose plane was briefly unavailable at startup and
+/// again a grace later left itself out at once.)
+#[tokio::test]
+async fn test_an_outage_that_ended_unseen_does_not_count_toward_the_next() {
+    use weir_storage::{LatencyProfile, ModelStore};
+    const GRACE: Duration = Duration::from_secs(2);
+    let meta =
+        Arc::new(ModelStore::new(Arc::new(InMemory::new()), LatencyProfile::local(), 1).unwrap());
+    let control = registry_on(meta.clone(), &[(1, "zone-a"), (2, "zone-b")]).await;
+    let broker = broker_over(
+        &control,
+        BrokerSettings {
+            node_id: 1,
+            cluster_incarnation: Some("i1".into()),
+            registration_grace: GRACE,
+            ..BrokerSettings::default()
+        },
+    );
+    let ids = || -> Vec<i32> { broker.live_agents().iter().map(|a| a.node_id).collect() };
+    let mut available = control.availability();
+    let outage = |name: &'static str| {
+        meta.set_outage(true);
+        let writer = control.clone();
+        tokio::spawn(async move { writer.create_topic(name, 1, BTreeMap::new(), 1).await })
+    };
+    let first = outage("first");
+    tokio::time::timeout(Duration::from_secs(30), available.wait_for(|up| !*up))
+        .await
+        .expect("unavailable")
+        .unwrap();
+    assert_eq!(ids(), [1, 2], "within the grace");
+    meta.set_outage(false);
+    tokio::time::timeout(Duration::from_secs(30), available.wait_for(|up| *up))
+        .await
+        .expect("available again")
+        .unwrap();
+    let _ = first.await;
+    // Nobody lists the agents while it is available; a grace later it is cut off again.
+    tokio::time::sleep(GRACE + Duration::from_millis(100)).await;
+    let second = outage("second");
+    tokio::time::timeout(Duration::from_secs(30), available.wait_for(|up| !*up))
+        .await
+        .expect("unavailable again")
+        .unwrap();
+    assert_eq!(ids(), [1, 2], "a new outage, not yet as long as the grace");
+    meta.set_outage(false);
+    let _ = second.await;
+}
