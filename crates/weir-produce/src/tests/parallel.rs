@@ -228,6 +228,29 @@ fn test_abandoned_here_knows_its_own_past_incarnations_only() {
     }
 }
 
+/// A file whose incarnation is abandoned while its upload is in flight is never acknowledged,
+/// even though the upload then reaches its quorum in time: the resolver aborts a missing file
+/// of the agent's own abandoned incarnation at once, relying on exactly this. (The abandonment
+/// comes from outside the acker here, as a failed confirmation write's does.)
+#[tokio::test(start_paused = true)]
+async fn test_a_file_is_not_acknowledged_after_its_incarnation_was_abandoned() {
+    let h = harness(vec![fixed_put(50); 3], 2, parallel(Duration::from_secs(10))).await;
+    let topic = h
+        .control
+        .create_topic("abandoned", 1, BTreeMap::new(), 1)
+        .await
+        .unwrap();
+    let outcome = h.pipeline.submit(single(topic, 0, 2)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let incarnations = h.pipeline.incarnations().expect("reserving");
+    incarnations.abandon_for_test(1);
+    assert_eq!(
+        outcome.await,
+        vec![PartitionOutcome::Failed(ProduceError::EarlierFileFailed)],
+        "the upload landed after the abandonment: not acknowledged"
+    );
+}
+
 /// The agent's own resolver aborts a missing file of an incarnation the agent abandoned at
 /// once: that incarnation never answers another ticket, so there is no deadline to wait for,
 /// and the partition's consumers and the retry do not wait either.

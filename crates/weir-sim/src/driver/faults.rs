@@ -107,16 +107,33 @@ impl World {
             // stay missing for hundreds of milliseconds, so a writer that took over resolves
             // files its predecessor may still get a quorum for and acknowledge.
             let lagging = self.buckets[0].faults.put_lag_ms.load(Ordering::SeqCst) > 0;
+            // On half of the spells of seeds with takeovers, a second writer starts as the
+            // lag does: its resolver finds the first's reserved files missing, which the first
+            // may yet get a quorum for and acknowledge (its reservations are durable), so it
+            // must wait out the deadline and the margin before aborting them (RFC 0006;
+            // `abort-young-file`). The lag then outlasts the second writer's open and first
+            // resolver pass, and still lands within the first's 2 s ack deadline.
+            let takeover = !lagging
+                && s.p_takeover > 0.0
+                && self.opening == 0
+                && self.live().count() < 2
+                && self.lost_upload_rng.bool();
             let lag = if lagging {
                 0
             } else {
                 self.report.slow_uploads += 1;
-                self.lost_upload_rng.u64(200..=1_500)
+                let floor = if takeover { 1_000 } else { 200 };
+                self.lost_upload_rng.u64(floor..=1_500)
             };
             for bucket in &self.buckets {
                 bucket.faults.put_lag_ms.store(lag, Ordering::SeqCst);
             }
             self.event(&format!("slow uploads: data PUTs land {lag} ms late"));
+            if takeover {
+                self.report.takeovers += 1;
+                self.event("takeover while uploads lag");
+                self.start_open();
+            }
         }
         if self.rng.f64() < s.p_log_outage {
             let down = !self.log_bucket.model.is_down();
