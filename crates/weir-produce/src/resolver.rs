@@ -22,7 +22,7 @@
 //! does nothing, and an abort the state no longer matches is refused (its filler becomes an
 //! orphan for the sweep).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,6 +218,7 @@ impl Resolver {
                 .collect()
         });
         let mut pass = ResolvePass::default();
+        let mut silent = HashSet::new();
         let give_up_ms = (self.settings.ack_deadline + self.settings.clock_skew_margin).as_millis();
         let now_ms = self.clock.now_ms();
         let old = |file_id: &FileId| {
@@ -236,7 +237,7 @@ impl Resolver {
             let mut repaired = 0;
             let mut abort_from = None;
             for (position, (file_id, candidates, size)) in files.iter().enumerate() {
-                match self.locate(file_id, candidates).await {
+                match self.locate(file_id, candidates, &mut silent).await {
                     Whereabouts::Quorum(holders) => confirmed.push(ConfirmedFile {
                         file_id: *file_id,
                         buckets: holders,
@@ -317,8 +318,16 @@ impl Resolver {
         pass
     }
 
-    /// Asks each candidate bucket whether it holds `file_id`.
-    async fn locate(&self, file_id: &FileId, candidates: &[u8]) -> Whereabouts {
+    /// Asks each candidate bucket whether it holds `file_id`. A bucket in `silent` (it did not
+    /// answer earlier in this pass) is not asked again and counts as not answering: during an
+    /// outage a pass costs one failed HEAD (with its retries, up to the request timeout when
+    /// the bucket hangs) per bucket, not one per pending file.
+    async fn locate(
+        &self,
+        file_id: &FileId,
+        candidates: &[u8],
+        silent: &mut HashSet<u8>,
+    ) -> Whereabouts {
         let key = keys::data_file(keys::Tier::Ingest, file_id);
         let quorum = self.writer.quorum();
         let mut holders = Vec::new();
@@ -328,10 +337,17 @@ impl Resolver {
             let Some(store) = self.writer.buckets().get(usize::from(bucket)) else {
                 continue;
             };
+            if silent.contains(&bucket) {
+                unanswered += 1;
+                continue;
+            }
             match store.head(&key).await {
                 Ok(_) => holders.push(bucket),
                 Err(object_store::Error::NotFound { .. }) => absent.push(bucket),
-                Err(_) => unanswered += 1,
+                Err(_) => {
+                    silent.insert(bucket);
+                    unanswered += 1;
+                }
             }
         }
         if holders.len() >= quorum {

@@ -51,10 +51,8 @@ fn idempotent(topic: TopicId, producer: (i64, i16), sequence: i32, count: i32) -
     )])
 }
 
-/// Three buckets, quorum two, a 10 s ack deadline: one idempotent batch of three records sent
-/// with the buckets in `down` down, which fails its upload and leaves its file pending (the
-/// buckets stay down).
-async fn upload_failed_with_down(down: &[usize]) -> (Harness, TopicId, (i64, i16)) {
+/// Three buckets, quorum two, a 10 s ack deadline, and a one-partition topic `name`.
+async fn three_buckets_with_topic(name: &str) -> (Harness, TopicId) {
     let h = harness(
         vec![LatencyProfile::local(); 3],
         2,
@@ -63,9 +61,17 @@ async fn upload_failed_with_down(down: &[usize]) -> (Harness, TopicId, (i64, i16
     .await;
     let topic = h
         .control
-        .create_topic("failed", 1, BTreeMap::new(), 1)
+        .create_topic(name, 1, BTreeMap::new(), 1)
         .await
         .unwrap();
+    (h, topic)
+}
+
+/// Three buckets, quorum two, a 10 s ack deadline: one idempotent batch of three records sent
+/// with the buckets in `down` down, which fails its upload and leaves its file pending (the
+/// buckets stay down).
+async fn upload_failed_with_down(down: &[usize]) -> (Harness, TopicId, (i64, i16)) {
+    let (h, topic) = three_buckets_with_topic("failed").await;
     let producer = init_producer(&h.control).await;
     for &bucket in down {
         h.buckets[bucket].model.set_outage(true);
@@ -248,6 +254,75 @@ async fn test_a_file_is_not_acknowledged_after_its_incarnation_was_abandoned() {
         outcome.await,
         vec![PartitionOutcome::Failed(ProduceError::EarlierFileFailed)],
         "the upload landed after the abandonment: not acknowledged"
+    );
+}
+
+/// During an outage a pass asks a bucket that did not answer once, not once per pending file.
+/// A HEAD against a bucket that hangs takes up to the request timeout (10 s by default) with
+/// its retries, so with many abandoned incarnations a pass could run for minutes, and the files
+/// it could settle (and the startup pass's 10 s) waited behind it.
+#[tokio::test(start_paused = true)]
+async fn test_a_pass_asks_a_silent_bucket_once() {
+    use weir_storage::{BucketStats, LayerPolicy, LayerStore, PriceTable, RequestClass};
+    let (h, topic) = three_buckets_with_topic("silent").await;
+    for bucket in &h.buckets {
+        bucket.model.set_outage(true);
+    }
+    // Each failed upload abandons its incarnation: three incarnations, one file each.
+    for _ in 0..3 {
+        let failed = h.pipeline.submit(single(topic, 0, 1)).await.await;
+        assert!(
+            matches!(failed[0], PartitionOutcome::Failed(_)),
+            "{failed:?}"
+        );
+    }
+    assert_eq!(pending_files(&h.control), 3);
+    h.buckets[0].model.set_outage(false);
+    h.buckets[1].model.set_outage(false);
+    let stats: Vec<Arc<BucketStats>> = (0..3)
+        .map(|i| Arc::new(BucketStats::new(&format!("b{i}"), "test", PriceTable::FREE)))
+        .collect();
+    let stores: Vec<Arc<dyn ObjectStore>> = h
+        .buckets
+        .iter()
+        .zip(&stats)
+        .map(|(bucket, stats)| {
+            let model: Arc<dyn ObjectStore> = bucket.model.clone();
+            Arc::new(LayerStore::new(
+                model,
+                LayerPolicy::default(),
+                stats.clone(),
+            )) as Arc<dyn ObjectStore>
+        })
+        .collect();
+    let writer = Arc::new(QuorumWriter::new(stores, 2).unwrap());
+    let mut resolver = Resolver::new(
+        h.control.clone(),
+        writer,
+        Arc::new(h.clock.clone()),
+        h.pipeline.incarnations(),
+        ResolverSettings::default(),
+        9,
+    );
+    let pass = resolver.pass().await;
+    assert_eq!(
+        pass.aborted, 3,
+        "two buckets answered 'not found': in no quorum; {pass:?}"
+    );
+    // What one HEAD costs against a down bucket (the layer retries it).
+    let once = Arc::new(BucketStats::new("once", "test", PriceTable::FREE));
+    let model: Arc<dyn ObjectStore> = h.buckets[2].model.clone();
+    let probe = LayerStore::new(model, LayerPolicy::default(), once.clone());
+    assert!(probe.head(&Path::from("any")).await.is_err());
+    let heads: Vec<u64> = stats
+        .iter()
+        .map(|stats| stats.snapshot().requests_of(RequestClass::Head))
+        .collect();
+    assert_eq!(heads[..2], [3, 3], "one HEAD per file where buckets answer");
+    assert_eq!(
+        heads[2],
+        once.snapshot().requests_of(RequestClass::Head),
+        "the silent bucket: one HEAD (and its retries) in the whole pass"
     );
 }
 
