@@ -350,13 +350,17 @@ async fn acker(
                 incarnations.abandon(generation, "a reservation's log write failed");
                 // When the data failed too (a full disk under both), say so: clients and
                 // operators see KAFKA_STORAGE_ERROR, as on the serial path, rather than a
-                // timeout. Later files of the incarnation fail regardless meanwhile.
+                // timeout. Waited for aside, so the next incarnation's files are not held
+                // behind an upload that may hang until the deadline.
                 let deadline = job.sealed_at + ack_deadline;
-                let error = match tokio::time::timeout_at(deadline, job.upload).await {
-                    Ok(Ok((Err(reason), _))) => ProduceError::Storage(reason),
-                    _ => ProduceError::Control(err),
-                };
-                fail_tickets(job.tickets, error);
+                let (upload, tickets) = (job.upload, job.tickets);
+                tokio::spawn(async move {
+                    let error = match tokio::time::timeout_at(deadline, upload).await {
+                        Ok(Ok((Err(reason), _))) => ProduceError::Storage(reason),
+                        _ => ProduceError::Control(err),
+                    };
+                    fail_tickets(tickets, error);
+                });
                 continue;
             }
         };

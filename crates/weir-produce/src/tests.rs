@@ -105,6 +105,16 @@ async fn harness_with(
     }
 }
 
+impl Harness {
+    /// Creates a one-partition topic `name`.
+    async fn one_partition_topic(&self, name: &str) -> TopicId {
+        self.control
+            .create_topic(name, 1, BTreeMap::new(), 1)
+            .await
+            .unwrap()
+    }
+}
+
 async fn harness(
     profiles: Vec<LatencyProfile>,
     quorum: usize,

@@ -797,11 +797,11 @@ async fn test_an_unregistered_agent_lists_itself_only_for_the_grace() {
     assert_eq!(late.controller(&late.live_agents()), 2, "a listed agent");
 }
 
-/// A registered cluster member whose control plane stays unavailable (a leader that cannot
-/// write its log) stops listing itself after the registration grace, so its clients, which ask
-/// it for Metadata, move to the agents that can acknowledge; available again, it lists itself.
-#[tokio::test]
-async fn test_an_agent_cut_off_from_its_log_stops_listing_itself() {
+/// Node 1 of a registry of two (zones a and b) with `registration_grace`, its metadata bucket
+/// (to take down), control plane and broker.
+async fn member_one_of_two(
+    registration_grace: Duration,
+) -> (Arc<weir_storage::ModelStore>, ControlPlane, Arc<Broker>) {
     use weir_storage::{LatencyProfile, ModelStore};
     let meta =
         Arc::new(ModelStore::new(Arc::new(InMemory::new()), LatencyProfile::local(), 1).unwrap());
@@ -811,11 +811,25 @@ async fn test_an_agent_cut_off_from_its_log_stops_listing_itself() {
         BrokerSettings {
             node_id: 1,
             cluster_incarnation: Some("i1".into()),
-            registration_grace: Duration::ZERO,
+            registration_grace,
             ..BrokerSettings::default()
         },
     );
-    let ids = || -> Vec<i32> { broker.live_agents().iter().map(|a| a.node_id).collect() };
+    (meta, control, broker)
+}
+
+/// The node ids `broker` lists.
+fn live_ids(broker: &Broker) -> Vec<i32> {
+    broker.live_agents().iter().map(|a| a.node_id).collect()
+}
+
+/// A registered cluster member whose control plane stays unavailable (a leader that cannot
+/// write its log) stops listing itself after the registration grace, so its clients, which ask
+/// it for Metadata, move to the agents that can acknowledge; available again, it lists itself.
+#[tokio::test]
+async fn test_an_agent_cut_off_from_its_log_stops_listing_itself() {
+    let (meta, control, broker) = member_one_of_two(Duration::ZERO).await;
+    let ids = || live_ids(&broker);
     assert_eq!(ids(), [1, 2]);
     meta.set_outage(true);
     let writer = control.clone();
@@ -842,21 +856,9 @@ async fn test_an_agent_cut_off_from_its_log_stops_listing_itself() {
 /// again a grace later left itself out at once.)
 #[tokio::test]
 async fn test_an_outage_that_ended_unseen_does_not_count_toward_the_next() {
-    use weir_storage::{LatencyProfile, ModelStore};
     const GRACE: Duration = Duration::from_secs(2);
-    let meta =
-        Arc::new(ModelStore::new(Arc::new(InMemory::new()), LatencyProfile::local(), 1).unwrap());
-    let control = registry_on(meta.clone(), &[(1, "zone-a"), (2, "zone-b")]).await;
-    let broker = broker_over(
-        &control,
-        BrokerSettings {
-            node_id: 1,
-            cluster_incarnation: Some("i1".into()),
-            registration_grace: GRACE,
-            ..BrokerSettings::default()
-        },
-    );
-    let ids = || -> Vec<i32> { broker.live_agents().iter().map(|a| a.node_id).collect() };
+    let (meta, control, broker) = member_one_of_two(GRACE).await;
+    let ids = || live_ids(&broker);
     let mut available = control.availability();
     let outage = |name: &'static str| {
         meta.set_outage(true);

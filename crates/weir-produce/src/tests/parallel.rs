@@ -59,11 +59,7 @@ async fn three_buckets_with_topic(name: &str) -> (Harness, TopicId) {
         parallel(Duration::from_secs(10)),
     )
     .await;
-    let topic = h
-        .control
-        .create_topic(name, 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
+    let topic = h.one_partition_topic(name).await;
     (h, topic)
 }
 
@@ -213,6 +209,21 @@ async fn test_parallel_upload_failure_is_aborted_by_the_resolver_after_the_deadl
     );
 }
 
+/// Checks that the failed file of [`upload_failed_with_down`] is settled (its three offsets
+/// readable, as records or as an aborted empty batch), then resends its batch.
+async fn retry_once_settled(
+    h: &Harness,
+    topic: TopicId,
+    producer: (i64, i16),
+) -> Vec<PartitionOutcome> {
+    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
+    assert_eq!((high_watermark, stable), (3, 3));
+    h.pipeline
+        .submit(idempotent(topic, producer, 0, 3))
+        .await
+        .await
+}
+
 /// Which incarnation names are this agent's abandoned ones.
 #[test]
 fn test_abandoned_here_knows_its_own_past_incarnations_only() {
@@ -241,11 +252,7 @@ fn test_abandoned_here_knows_its_own_past_incarnations_only() {
 #[tokio::test(start_paused = true)]
 async fn test_a_file_is_not_acknowledged_after_its_incarnation_was_abandoned() {
     let h = harness(vec![fixed_put(50); 3], 2, parallel(Duration::from_secs(10))).await;
-    let topic = h
-        .control
-        .create_topic("abandoned", 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
+    let topic = h.one_partition_topic("abandoned").await;
     let outcome = h.pipeline.submit(single(topic, 0, 2)).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let incarnations = h.pipeline.incarnations().expect("reserving");
@@ -341,13 +348,7 @@ async fn test_own_abandoned_incarnation_missing_file_is_aborted_at_once() {
         (1, 0),
         "aborted before the deadline: {pass:?}"
     );
-    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
-    assert_eq!((high_watermark, stable), (3, 3));
-    let appended = h
-        .pipeline
-        .submit(idempotent(topic, producer, 0, 3))
-        .await
-        .await;
+    let appended = retry_once_settled(&h, topic, producer).await;
     assert_eq!(appended, vec![committed(3)], "the retry appends anew");
 }
 
@@ -389,13 +390,7 @@ async fn test_resolver_repairs_a_file_in_one_bucket_while_another_is_down() {
         vec![0, 1],
         "the confirmation names the holders"
     );
-    let (high_watermark, stable, _) = partition_view(&h.control, topic, 0);
-    assert_eq!((high_watermark, stable), (3, 3));
-    let retry = h
-        .pipeline
-        .submit(idempotent(topic, producer, 0, 3))
-        .await
-        .await;
+    let retry = retry_once_settled(&h, topic, producer).await;
     assert_eq!(retry, vec![committed(0)], "a duplicate of the original");
 }
 

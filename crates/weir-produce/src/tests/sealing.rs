@@ -10,11 +10,7 @@ use crate::batcher::SealReason;
 /// A pipeline over one bucket whose PUTs take `put_ms`, and a one-partition topic.
 async fn one_partition(settings: ProduceSettings, put_ms: u64, name: &str) -> (Harness, TopicId) {
     let h = harness(vec![fixed_put(put_ms)], 1, settings).await;
-    let topic = h
-        .control
-        .create_topic(name, 1, BTreeMap::new(), 1)
-        .await
-        .unwrap();
+    let topic = h.one_partition_topic(name).await;
     (h, topic)
 }
 
