@@ -20,11 +20,10 @@ import time
 
 import pytest
 
-from checker import CheckedProducer, Report
+from checker import CheckedProducer, Report, known_offset, verify
 from cloud import s3_url
 from test_faults import (IDEMPOTENT, PARTITIONS, acked, assert_failpoint_abort, publish,
                          start_producers, stop_producers)
-from checker import verify
 from confluent_kafka import TopicPartition
 from weirtest import (Rec, ck_admin, ck_consume, ck_consumer, ck_create_topics, ck_produce,
                       ck_producer, ck_watermarks, kcat_consume, kp_consume, unique, wait_topic,
@@ -71,7 +70,8 @@ def settle(agent, topic: str, producers, report: Report) -> Report:
     for producer in producers:
         with producer.lock:
             for partition, offset, _ in producer.acked:
-                last[partition] = max(last.get(partition, -1), offset)
+                if known_offset(offset):
+                    last[partition] = max(last.get(partition, -1), offset)
 
     def readable() -> bool:
         marks = ck_watermarks(agent.bootstrap, topic, range(PARTITIONS))
