@@ -7,16 +7,16 @@
 //! - it holds `target_file_bytes` (a big file is worth its PUT at once), or `max_file_bytes`
 //!   when that is smaller;
 //! - its oldest batch has waited `flush_interval` (the upper bound on any batch's wait);
-//! - *eagerly*: no other file is uploading (the pipeline has room) and the last seal was at
-//!   least `spacing(rate)` ago, where `rate` is the recent arrival rate in bytes per second and
+//! - *eagerly*: fewer than `eager_uploads` files are uploading (the pipeline has room; by
+//!   default none is) and the last seal was at least `spacing(rate)` ago, where `rate` is the recent arrival rate in bytes per second and
 //!   `spacing(rate) = flush_interval × clamp(rate × flush_interval / target_file_bytes, ¼, 1)`.
 //!
 //! So a batch that arrives after a quiet spell seals at once (latency is one upload), batches
 //! arriving more often share files sealed at most four per interval, and as the rate grows
 //! seals space out until, from `target_file_bytes / flush_interval` on, every file waits the
 //! whole interval or fills to the target: few PUTs per GiB where it matters. A seal is never
-//! later than under a fixed interval, and a slow store grows files (no eager seal while an
-//! upload is in flight). The rate is read when the batcher wakes (a ticket, an upload done),
+//! later than under a fixed interval, and a slow store grows files (no eager seal while
+//! `eager_uploads` files are in flight). The rate is read when the batcher wakes (a ticket, an upload done),
 //! so while it sleeps a decaying rate does not bring the eager point forward: a seal can come
 //! later than the spacing says, never later than the interval.
 
@@ -214,7 +214,7 @@ impl Batcher {
             Some(last) => (last + self.spacing(now)).max(file.opened),
             None => file.opened,
         };
-        if eager < bound && self.uploading() > 0 {
+        if eager < bound && self.uploading() >= self.settings.eager_uploads.max(1) {
             // No room: the file grows until an upload finishes (`upload_done`) or the bound.
             return bound;
         }

@@ -33,6 +33,11 @@ pub struct ProduceSettings {
     pub max_file_bytes: usize,
     /// Files uploading at once. Bounds memory and hides per-PUT latency.
     pub max_inflight_uploads: usize,
+    /// An eager seal waits until fewer than this many files upload (see the batcher). 1: only
+    /// when none does, so at moderate rates files are sealed back to back, one upload at a
+    /// time. Higher: uploads overlap and a batch waits less for its file to seal, for more
+    /// PUTs per GiB below `target_file_bytes / flush_interval` (docs/benchmarks.md §21).
+    pub eager_uploads: usize,
     /// Upload attempts per file before the file fails.
     pub upload_attempts: u32,
     /// Tickets queued in front of the batcher before connections feel back-pressure.
@@ -54,6 +59,7 @@ impl Default for ProduceSettings {
             target_file_bytes: 1024 * 1024,
             max_file_bytes: 8 * 1024 * 1024,
             max_inflight_uploads: 32,
+            eager_uploads: 1,
             upload_attempts: 3,
             queue_depth: 1024,
             parallel_persistence: false,

@@ -216,6 +216,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
                 .resolve(&config.storage.profile),
             max_file_bytes: config.produce.max_file_bytes,
             max_inflight_uploads: config.produce.max_inflight_uploads.max(1),
+            eager_uploads: config.produce.eager_uploads,
             upload_attempts: config.produce.upload_attempts.max(1),
             // A cluster member commits after upload: followers do not reserve (RFC 0006,
             // "Clusters").

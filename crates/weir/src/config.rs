@@ -190,6 +190,7 @@ pub(crate) struct ProduceConfig {
     pub(crate) target_file_bytes: TargetFileBytes,
     pub(crate) max_file_bytes: usize,
     pub(crate) max_inflight_uploads: usize,
+    pub(crate) eager_uploads: usize,
     pub(crate) upload_attempts: u32,
     pub(crate) parallel_persistence: bool,
     #[serde(with = "humantime_serde")]
@@ -539,6 +540,14 @@ impl Config {
                  consumer waiting on a fetch long-poll sends nothing meanwhile",
                 self.kafka.connections_max_idle,
                 self.kafka.max_fetch_wait
+            );
+        }
+        let uploads = self.produce.max_inflight_uploads.max(1);
+        if !(1..=uploads).contains(&self.produce.eager_uploads) {
+            bail!(
+                "produce.eager_uploads is {}, but must be between 1 and \
+                 produce.max_inflight_uploads ({uploads})",
+                self.produce.eager_uploads
             );
         }
         let probe = weir_control::log::DEAD_SLOT_PROBE;

@@ -78,6 +78,49 @@ async fn test_batches_arriving_during_an_upload_share_the_next_file() {
     assert_eq!(seals(&h, SealReason::Eager), 2);
 }
 
+/// Batches at 0, 10 and 60 ms with 100 ms uploads and a 50 ms eager spacing: the number of
+/// files and when the second batch was acknowledged.
+async fn three_batches_during_uploads(eager_uploads: usize) -> (usize, Duration) {
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_millis(200),
+        eager_uploads,
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 100, "overlap").await;
+    let started = Instant::now();
+    let first = h.pipeline.submit(single(topic, 0, 1)).await;
+    sleep(Duration::from_millis(10)).await;
+    let second = h.pipeline.submit(single(topic, 0, 1)).await;
+    sleep(Duration::from_millis(50)).await;
+    let third = h.pipeline.submit(single(topic, 0, 1)).await;
+    assert_eq!(first.await, vec![committed(0)]);
+    assert_eq!(second.await, vec![committed(1)]);
+    let second_acked = started.elapsed();
+    assert_eq!(third.await, vec![committed(2)]);
+    assert_eq!(seals(&h, SealReason::Interval), 0);
+    (files_of(&h, topic).len(), second_acked)
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_eager_uploads_lets_a_second_file_seal_while_one_uploads() {
+    // One eager upload: the second and third batches wait for the first upload (100 ms) and
+    // share a file acknowledged at 200 ms.
+    let (files, second_acked) = three_batches_during_uploads(1).await;
+    assert_eq!(files, 2);
+    assert!(
+        second_acked >= Duration::from_millis(200),
+        "{second_acked:?}"
+    );
+    // Two: the second batch seals at the spacing (50 ms) beside the first upload and is
+    // acknowledged at 150 ms; the third finds two uploads and waits for room (100 ms).
+    let (files, second_acked) = three_batches_during_uploads(2).await;
+    assert_eq!(files, 3);
+    assert!(
+        second_acked < Duration::from_millis(160),
+        "{second_acked:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn test_a_steady_stream_seals_at_most_four_files_per_interval() {
     let settings = ProduceSettings {

@@ -94,6 +94,19 @@ fn test_config_produce_validation() {
     assert!(Config::load(None, env(&[("WEIR_PRODUCE_VALIDATION", "some")])).is_err());
     let tiny = env(&[("WEIR_PRODUCE_MAX_DECOMPRESSED_BYTES", "1000")]);
     assert!(Config::load(None, tiny).is_err());
+    assert_eq!(config.produce.eager_uploads, 1);
+    let two = Config::load(None, env(&[("WEIR_PRODUCE_EAGER_UPLOADS", "2")])).unwrap();
+    assert_eq!(two.produce.eager_uploads, 2);
+    for bad in [
+        vec![("WEIR_PRODUCE_EAGER_UPLOADS", "0")],
+        vec![
+            ("WEIR_PRODUCE_EAGER_UPLOADS", "5"),
+            ("WEIR_PRODUCE_MAX_INFLIGHT_UPLOADS", "4"),
+        ],
+    ] {
+        let message = format!("{:#}", Config::load(None, env(&bad)).unwrap_err());
+        assert!(message.contains("produce.eager_uploads"), "{message}");
+    }
 }
 
 #[test]
