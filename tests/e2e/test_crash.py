@@ -154,9 +154,12 @@ def run_loop_with_restart(agent, kill: bool, idempotent: bool):
     return t, acked, failed, got
 
 
-@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
-def test_kill9_during_produce_loop(agent, idempotent):
-    run_loop_with_restart(agent, kill=True, idempotent=idempotent)
+@pytest.mark.parametrize("idempotent,parallel", [(False, True), (True, True), (True, False)],
+                         ids=["plain", "idempotent", "idempotent-serial"])
+def test_kill9_during_produce_loop(agent_factory, monkeypatch, idempotent, parallel):
+    # Parallel persistence is the default; the serial path (clusters use it) keeps a crash test.
+    monkeypatch.setenv("WEIR_PRODUCE_PARALLEL_PERSISTENCE", str(parallel).lower())
+    run_loop_with_restart(agent_factory(), kill=True, idempotent=idempotent)
 
 
 def test_sigterm_during_produce_loop(agent):

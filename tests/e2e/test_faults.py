@@ -85,9 +85,13 @@ def acked(producers) -> int:
     return sum(p.n_acked() for p in producers)
 
 
-@pytest.mark.parametrize("seed", [7, 1234])
-def test_fault_kill9_at_random_points(agent, seed):
-    """kill -9 the agent three times at seeded random moments under load."""
+@pytest.mark.parametrize("seed,parallel", [(7, True), (1234, True), (7, False)],
+                         ids=["7", "1234", "7-serial"])
+def test_fault_kill9_at_random_points(agent_factory, monkeypatch, seed, parallel):
+    """kill -9 the agent three times at seeded random moments under load (with parallel
+    persistence, the default, and once with commit-after-upload)."""
+    monkeypatch.setenv("WEIR_PRODUCE_PARALLEL_PERSISTENCE", str(parallel).lower())
+    agent = agent_factory()
     rng = random.Random(seed)
     topic = unique("kill9")
     ck_create_topics(agent.bootstrap, {topic: PARTITIONS})

@@ -15,7 +15,7 @@ use crate::committer::Committer;
 use crate::metrics::ProduceMetrics;
 use crate::reserver::{Incarnations, Reserver};
 use crate::uploader::{Destination, IngestWrites};
-use tracing::warn;
+use tracing::info;
 
 /// Produce-path tuning. Each knob trades latency against object-store cost.
 #[derive(Debug, Clone)]
@@ -179,7 +179,7 @@ impl ProducePipeline {
         let metrics = ProduceMetrics::new();
         let parallel = settings.parallel_persistence && matches!(ingest, IngestWrites::Put);
         if settings.parallel_persistence && !parallel {
-            warn!("parallel persistence needs whole-object PUTs; appendable ingest commits after upload");
+            info!("parallel persistence needs whole-object PUTs; appendable ingest commits after upload");
         }
         let (sink, incarnations) = if parallel {
             let incarnations = Arc::new(Incarnations::new(agent));
