@@ -98,6 +98,12 @@ pub enum ProduceError {
     Storage(String),
     #[error("an earlier file of this agent failed, so this one was not committed")]
     EarlierFileFailed,
+    /// A reserved file (parallel persistence) that was not acknowledged: its reservation may
+    /// be in the log, so the resolver may still confirm it (its batches become readable at the
+    /// reserved offsets) or abort it. Answered `REQUEST_TIMED_OUT`, Kafka's "possibly
+    /// written", never `KAFKA_STORAGE_ERROR`, which tells clients that nothing was written.
+    #[error("not acknowledged, and may still become readable: {0}")]
+    Unresolved(String),
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error("the produce pipeline is shutting down")]

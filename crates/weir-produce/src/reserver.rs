@@ -313,6 +313,12 @@ impl Confirms {
     }
 }
 
+/// The answer for a file whose incarnation an earlier file abandoned: its reservation may be
+/// durable and its upload may land, so the resolver may confirm it.
+fn earlier_file_failed() -> ProduceError {
+    ProduceError::Unresolved(ProduceError::EarlierFileFailed.to_string())
+}
+
 /// Sleeps until `at`, or for ever without one.
 async fn sleep_until_or_never(at: Option<Instant>) {
     match at {
@@ -333,7 +339,7 @@ async fn acker(
     while let Some(job) = jobs.recv().await {
         let generation = job.generation;
         if incarnations.current().0 != generation {
-            fail_tickets(job.tickets, ProduceError::EarlierFileFailed);
+            fail_tickets(job.tickets, earlier_file_failed());
             continue;
         }
         let reserved = job.reservation.await;
@@ -372,13 +378,14 @@ async fn acker(
         let holders = match tokio::time::timeout_at(deadline, job.upload).await {
             Ok(Ok((Ok(holders), landed_at))) if landed_at <= deadline => {
                 if incarnations.current().0 != generation {
-                    fail_tickets(job.tickets, ProduceError::EarlierFileFailed);
+                    fail_tickets(job.tickets, earlier_file_failed());
                     continue;
                 }
                 holders
             }
             Ok(Ok((Err(reason), _))) => {
-                fail_tickets(job.tickets, ProduceError::Storage(reason));
+                // Reserved, and perhaps in a bucket: the resolver may repair and confirm it.
+                fail_tickets(job.tickets, ProduceError::Unresolved(reason));
                 incarnations.abandon(generation, "an upload failed");
                 continue;
             }
@@ -386,7 +393,7 @@ async fn acker(
                 let reason = format!(
                     "the file did not reach a quorum within the ack deadline ({ack_deadline:?})"
                 );
-                fail_tickets(job.tickets, ProduceError::Storage(reason));
+                fail_tickets(job.tickets, ProduceError::Unresolved(reason));
                 incarnations.abandon(generation, "an upload missed the ack deadline");
                 continue;
             }

@@ -80,7 +80,7 @@ async fn upload_failed_with_down(down: &[usize]) -> (Harness, TopicId, (i64, i16
     assert!(
         matches!(
             &failed[0],
-            PartitionOutcome::Failed(ProduceError::Storage(_))
+            PartitionOutcome::Failed(ProduceError::Unresolved(_))
         ),
         "{failed:?}"
     );
@@ -259,8 +259,10 @@ async fn test_a_file_is_not_acknowledged_after_its_incarnation_was_abandoned() {
     incarnations.abandon_for_test(1);
     assert_eq!(
         outcome.await,
-        vec![PartitionOutcome::Failed(ProduceError::EarlierFileFailed)],
-        "the upload landed after the abandonment: not acknowledged"
+        vec![PartitionOutcome::Failed(ProduceError::Unresolved(
+            ProduceError::EarlierFileFailed.to_string()
+        ))],
+        "the upload landed after the abandonment: not acknowledged, and may yet be confirmed"
     );
 }
 
@@ -416,7 +418,10 @@ async fn test_resolver_confirms_a_late_file_that_reached_a_quorum() {
         .await
         .await;
     assert!(
-        matches!(&late[0], PartitionOutcome::Failed(ProduceError::Storage(_))),
+        matches!(
+            &late[0],
+            PartitionOutcome::Failed(ProduceError::Unresolved(_))
+        ),
         "{late:?}"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;

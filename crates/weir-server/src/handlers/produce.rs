@@ -226,6 +226,9 @@ fn produce_error_code(error: &ProduceError) -> i16 {
         ProduceError::Storage(_) | ProduceError::EarlierFileFailed => {
             error_code::KAFKA_STORAGE_ERROR
         }
+        // Possibly written (RFC 0006): librdkafka marks the message POSSIBLY_PERSISTED, as
+        // after a timeout, instead of NOT_PERSISTED.
+        ProduceError::Unresolved(_) => error_code::REQUEST_TIMED_OUT,
         ProduceError::Control(control) => control_error_code(control),
         ProduceError::ShuttingDown => error_code::NOT_LEADER_OR_FOLLOWER,
     }
@@ -291,4 +294,23 @@ fn build_response(
         responses[topic].partition_responses.push(partition);
     }
     ProduceResponse::default().with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_failure_that_may_still_become_readable_is_answered_as_possibly_written() {
+        let unresolved = ProduceError::Unresolved("the upload missed the ack deadline".into());
+        assert_eq!(
+            produce_error_code(&unresolved),
+            error_code::REQUEST_TIMED_OUT
+        );
+        let nothing_written = ProduceError::Storage("no space left on device".into());
+        assert_eq!(
+            produce_error_code(&nothing_written),
+            error_code::KAFKA_STORAGE_ERROR
+        );
+    }
 }

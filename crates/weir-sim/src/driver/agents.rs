@@ -581,9 +581,12 @@ impl World {
                             client.bump_pending = true;
                             self.report.lost_producer_state += 1;
                         }
+                        // An answer that does not say whether the batch was written: a
+                        // reserved file the resolver may still confirm (REQUEST_TIMED_OUT).
                         ProduceError::Control(
                             ControlError::Unavailable(_) | ControlError::ShuttingDown,
                         )
+                        | ProduceError::Unresolved(_)
                         | ProduceError::ShuttingDown => batch.ambiguous = true,
                         _ => {}
                     }
