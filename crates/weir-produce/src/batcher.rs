@@ -8,7 +8,8 @@
 //!   when that is smaller;
 //! - its oldest batch has waited `flush_interval` (the upper bound on any batch's wait);
 //! - *eagerly*: fewer than `eager_uploads` files are uploading (the pipeline has room; by
-//!   default none is) and the last seal was at least `spacing(rate)` ago, where `rate` is the recent arrival rate in bytes per second and
+//!   default none is) and the last seal was at least `spacing(rate)` ago, where `rate` is the
+//!   recent arrival rate in bytes per second and
 //!   `spacing(rate) = flush_interval × clamp(rate × flush_interval / target_file_bytes, ¼, 1)`.
 //!
 //! So a batch that arrives after a quiet spell seals at once (latency is one upload), batches
@@ -16,9 +17,9 @@
 //! seals space out until, from `target_file_bytes / flush_interval` on, every file waits the
 //! whole interval or fills to the target: few PUTs per GiB where it matters. A seal is never
 //! later than under a fixed interval, and a slow store grows files (no eager seal while
-//! `eager_uploads` files are in flight). The rate is read when the batcher wakes (a ticket, an upload done),
-//! so while it sleeps a decaying rate does not bring the eager point forward: a seal can come
-//! later than the spacing says, never later than the interval.
+//! `eager_uploads` files are in flight). The rate is read when the batcher wakes (a ticket, an
+//! upload done), so while it sleeps a decaying rate does not bring the eager point forward: a
+//! seal can come later than the spacing says, never later than the interval.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,7 +10,8 @@
 //! enqueues waiting confirmations as one `ConfirmFiles` just before the next reservation, so
 //! both share a slot, or after [`CONFIRM_LINGER`] without one. Anything else — an upload that
 //! failed or came late, a refused reservation, a failed log write — fails the file's tickets
-//! retriably and **abandons the incarnation**: every later file already reserved under it
+//! retriably (an upload that failed or came late as [`ProduceError::Unresolved`], "possibly
+//! written", since the resolver may still confirm the file) and **abandons the incarnation**: every later file already reserved under it
 //! fails too (none can be answered before the failed one), and the reserver starts a new
 //! incarnation (a new chain). The abandoned incarnation's pending files are left to the
 //! resolver (`resolver.rs`), which confirms those that reached a quorum and aborts the rest
@@ -316,8 +317,11 @@ impl Confirms {
 /// The answer for a file whose incarnation an earlier file abandoned: its reservation may be
 /// durable and its upload may land, so the resolver may confirm it.
 fn earlier_file_failed() -> ProduceError {
-    ProduceError::Unresolved(ProduceError::EarlierFileFailed.to_string())
+    ProduceError::Unresolved(EARLIER_FILE_FAILED.to_string())
 }
+
+pub(crate) const EARLIER_FILE_FAILED: &str =
+    "an earlier file of this agent failed, so this one was not acknowledged";
 
 /// Sleeps until `at`, or for ever without one.
 async fn sleep_until_or_never(at: Option<Instant>) {

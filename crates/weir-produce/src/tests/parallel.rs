@@ -260,7 +260,7 @@ async fn test_a_file_is_not_acknowledged_after_its_incarnation_was_abandoned() {
     assert_eq!(
         outcome.await,
         vec![PartitionOutcome::Failed(ProduceError::Unresolved(
-            ProduceError::EarlierFileFailed.to_string()
+            crate::reserver::EARLIER_FILE_FAILED.to_string()
         ))],
         "the upload landed after the abandonment: not acknowledged, and may yet be confirmed"
     );
