@@ -258,6 +258,13 @@ def test_s3_hung_put_fails_produce_retriably_then_recovers(agent_factory, moto_s
     assert not thread.is_alive(), "producer did not finish"
     assert "error" not in result, result.get("error")
     acked_after = result["acked"]
+    # With parallel persistence the raw produce's failed file keeps its reserved offset 0 until
+    # the resolver aborts it (at its next pass: the agent abandoned that incarnation itself), and
+    # readers see nothing past it until then. When the producer's upload is released at once,
+    # its acks can arrive before that pass.
+    last = max(a.offset for a in acked_after)
+    wait_until(lambda: ck_watermarks(agent.bootstrap, topic, [0])[0][1] > last, WAIT_S,
+               "every acknowledged record below the high watermark")
     got = ck_consume(agent.bootstrap, topic, [0])
     # The record of the failed raw produce may or may not have been stored (an upload that timed
     # out is not a write that failed): offset 0 holds it, or the producer's first record, or
