@@ -129,10 +129,30 @@ class CheckedProducer(threading.Thread):
             self.exc = exc
 
 
+# How long `verify` waits for acknowledged offsets to become readable: with parallel
+# persistence a pending file below them (a crashed predecessor's, never uploaded) holds readers
+# until the resolver aborts it, up to the ack deadline plus the clock-skew margin (20 s).
+READABLE_WAIT_S = 60.0
+
+
 def verify(bootstrap: str, topic: str, partitions: int, producers: list[CheckedProducer],
            report: Report) -> Report:
-    """Reads everything back and fills `report`."""
-    watermarks = ck_watermarks(bootstrap, topic, range(partitions))
+    """Reads everything back and fills `report`, once every acknowledged offset is below its
+    partition's high watermark (or `READABLE_WAIT_S` passed: whatever is missing then counts
+    as lost)."""
+    last: dict[int, int] = {}
+    for producer in producers:
+        with producer.lock:
+            for partition, offset, _ in producer.acked:
+                if known_offset(offset):
+                    last[partition] = max(last.get(partition, -1), offset)
+    deadline = time.monotonic() + READABLE_WAIT_S
+    while True:
+        watermarks = ck_watermarks(bootstrap, topic, range(partitions))
+        if all(watermarks[p][1] > offset for p, offset in last.items()) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     got = ck_consume(bootstrap, topic, range(partitions), timeout=120)
     stored_at: dict[tuple[int, int], bytes] = {}
     for partition, records in got.items():

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from checker import CheckedProducer, Report, known_offset, verify
+from checker import CheckedProducer, Report, verify
 from cloud import s3_url
 from test_faults import (IDEMPOTENT, PARTITIONS, acked, assert_failpoint_abort, publish,
                          start_producers, stop_producers)
@@ -62,22 +62,9 @@ def settle(agent, topic: str, producers, report: Report) -> Report:
     or reordered, every delivery succeeded (librdkafka retries until message.timeout.ms). Holes
     in the record offsets are allowed: aborted files leave empty batches."""
     stop_producers(producers)
-    # A record is readable once its file is confirmed, and after a crash a file that never
-    # landed holds its partition's later records back until the resolver aborts it (up to the
-    # ack deadline plus the clock-skew margin): wait until every acknowledged offset is below
-    # its partition's high watermark, then read.
-    last = {}
-    for producer in producers:
-        with producer.lock:
-            for partition, offset, _ in producer.acked:
-                if known_offset(offset):
-                    last[partition] = max(last.get(partition, -1), offset)
-
-    def readable() -> bool:
-        marks = ck_watermarks(agent.bootstrap, topic, range(PARTITIONS))
-        return all(marks[p][1] > offset for p, offset in last.items())
-
-    wait_until(readable, WAIT_S, "every acknowledged record readable")
+    # verify() waits until every acknowledged offset is below its partition's high watermark:
+    # after a crash a file that never landed holds later records back until the resolver
+    # aborts it.
     verify(agent.bootstrap, topic, PARTITIONS, producers, report)
     publish(report)
     assert report.acked >= 400
