@@ -21,7 +21,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
-from weirtest import ck_consume, ck_producer, ck_watermarks
+from weirtest import ck_consume, ck_producer, ck_watermarks, wait_readable
 
 
 def payload(producer: str, seq: int) -> bytes:
@@ -146,13 +146,8 @@ def verify(bootstrap: str, topic: str, partitions: int, producers: list[CheckedP
             for partition, offset, _ in producer.acked:
                 if known_offset(offset):
                     last[partition] = max(last.get(partition, -1), offset)
-    deadline = time.monotonic() + READABLE_WAIT_S
-    while True:
-        watermarks = ck_watermarks(bootstrap, topic, range(partitions))
-        if all(watermarks[p][1] > offset for p, offset in last.items()) \
-                or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    wait_readable(bootstrap, topic, last, READABLE_WAIT_S)
+    watermarks = ck_watermarks(bootstrap, topic, range(partitions))
     got = ck_consume(bootstrap, topic, range(partitions), timeout=120)
     stored_at: dict[tuple[int, int], bytes] = {}
     for partition, records in got.items():

@@ -19,7 +19,7 @@ from test_faults import IDEMPOTENT, PARTITIONS, acked, finish, start_producers
 from test_roundtrip import N_PARTITIONS, make_records
 from weirtest import (Rec, assert_acked_present, assert_dense, ck_consume, ck_create_topics,
                       ck_produce, ck_watermarks, kcat_consume, kp_consume, kp_produce, unique,
-                      wait_topic, wait_until)
+                      wait_readable, wait_topic, wait_until)
 
 WAIT_S = 90.0
 REQUEST_TIMED_OUT = 7
@@ -209,9 +209,8 @@ def test_s3_hung_put_fails_produce_retriably_then_recovers(agent_factory, moto_s
     the agent is up: the startup probe writes to it); the metadata bucket direct. A produce gets
     REQUEST_TIMED_OUT (retriable; possibly written, since its offsets are reserved while it
     uploads and the resolver may yet find it) once the upload attempts hit
-    storage.request_timeout, the
-    agent keeps answering, and when the proxy passes again a retrying producer delivers every
-    record."""
+    storage.request_timeout, the agent keeps answering, and when the proxy passes again a
+    retrying producer delivers every record."""
     cloud_env.setenv("WEIR_STORAGE_REQUEST_TIMEOUT", "2s")
     cloud_env.setenv("WEIR_PRODUCE_UPLOAD_ATTEMPTS", "2")
     proxy = fault_proxy(moto_server, mode="pass", name="ingest0")
@@ -262,9 +261,9 @@ def test_s3_hung_put_fails_produce_retriably_then_recovers(agent_factory, moto_s
     # the resolver aborts it (at its next pass: the agent abandoned that incarnation itself), and
     # readers see nothing past it until then. When the producer's upload is released at once,
     # its acks can arrive before that pass.
-    last = max(a.offset for a in acked_after)
-    wait_until(lambda: ck_watermarks(agent.bootstrap, topic, [0])[0][1] > last, WAIT_S,
-               "every acknowledged record below the high watermark")
+    last = {0: max(a.offset for a in acked_after)}
+    assert wait_readable(agent.bootstrap, topic, last, WAIT_S), \
+        "acknowledged records still above the high watermark"
     got = ck_consume(agent.bootstrap, topic, [0])
     # The record of the failed raw produce may or may not have been stored (an upload that timed
     # out is not a write that failed): offset 0 holds it, or the producer's first record, or

@@ -15,7 +15,8 @@ REQUEST_TIMED_OUT = 7
 def test_hung_ingest_bucket_fails_produce_retriably(agent_factory, monkeypatch, tmp_path):
     """One ingest bucket (quorum 1 of 1) whose every request takes an hour; the metadata log lives
     in its own healthy bucket. A produce gets REQUEST_TIMED_OUT (retriable, possibly written)
-    after the upload attempts time out, and the agent keeps answering. Before the deadline existed the produce never returned."""
+    after the upload attempts time out, and the agent keeps answering. Before the deadline
+    existed the produce never returned."""
     monkeypatch.setenv("WEIR_STORAGE_SLOW_BUCKET_DELAY", "1h")
     monkeypatch.setenv("WEIR_STORAGE_REQUEST_TIMEOUT", "500ms")
     monkeypatch.setenv("WEIR_PRODUCE_UPLOAD_ATTEMPTS", "2")

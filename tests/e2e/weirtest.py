@@ -145,6 +145,20 @@ def ck_watermarks(bootstrap: str, topic: str, partitions, conf=None) -> dict:
         c.close()
 
 
+def wait_readable(bootstrap: str, topic: str, last: dict, timeout: float) -> bool:
+    """Polls until every partition's high watermark is above `last[partition]` (the highest
+    acknowledged offset): with parallel persistence a pending file below it holds readers until
+    the resolver settles it. False if `timeout` seconds passed first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        marks = ck_watermarks(bootstrap, topic, list(last))
+        if all(marks[p][1] > offset for p, offset in last.items()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 # ========================================================= confluent-kafka
 
 def ck_producer(bootstrap: str, conf=None) -> Producer:
