@@ -35,7 +35,8 @@ pub use cache::{entry_overhead, Backing, CacheStats, ReadCache};
 pub use error::StorageError;
 pub use layer::{LayerPolicy, LayerStore, DEFAULT_REQUEST_TIMEOUT};
 pub use model::{
-    maybe_wrap, AppendCosts, LatencyProfile, ModelStore, OpLatency, PutPhases, PROFILE_NAMES,
+    maybe_wrap, AppendCosts, LatencyProfile, ModelClock, ModelStore, OpLatency, PutPhases,
+    PROFILE_NAMES,
 };
 pub use quorum::{LagStats, QuorumWriter, DEFAULT_MAX_LAGGING_BYTES_PER_BUCKET};
 pub use stats::{BucketSnapshot, BucketStats, Outcome, PriceTable, RequestClass, StorageStats};

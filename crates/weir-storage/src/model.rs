@@ -5,8 +5,9 @@
 //! (fitted to a p50 and a p99), plus `bytes / bandwidth` for payloads, and then either delegates
 //! to the inner store or fails with a transient [`object_store::Error::Generic`] (with
 //! probability `error_rate`, or always while an outage is set). The model is a simulation of the
-//! cloud, not a mock of our code: everything above it runs for real. Sleeps use `tokio::time`, so
-//! tests with a paused clock run instantly and deterministically (the RNG is seeded).
+//! cloud, not a mock of our code: everything above it runs for real. By default sleeps use
+//! `tokio::time`, so tests with a paused clock run instantly and deterministically (the RNG is
+//! seeded); an agent waits on the wall clock instead ([`ModelClock`]), to sub-millisecond precision.
 //!
 //! Not modelled yet: per-prefix throttling (503 SlowDown) and hedging-relevant tail correlation.
 
@@ -28,6 +29,9 @@ use object_store::{
 use crate::StorageError;
 
 mod append;
+mod clock;
+
+pub use clock::ModelClock;
 
 /// z-score of the 99th percentile of the standard normal distribution.
 const Z_P99: f64 = 2.326;
@@ -419,6 +423,7 @@ struct Model {
     rng: Mutex<fastrand::Rng>,
     outage: AtomicBool,
     ignore_conditions: AtomicBool,
+    clock: ModelClock,
 }
 
 impl Model {
@@ -466,9 +471,7 @@ impl Model {
     /// Sleeps for the sampled latency, then reports an injected failure if any.
     async fn gate(&self, op: Op, bytes: u64) -> object_store::Result<()> {
         let (delay, fail) = self.plan(op, bytes);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
+        self.clock.sleep(delay).await;
         self.check(fail)
     }
 
@@ -498,10 +501,21 @@ pub struct ModelStore {
 
 impl ModelStore {
     /// Wraps `inner` with `profile`; `seed` makes the latency/error sequence reproducible.
+    /// Waits on `tokio::time` ([`ModelClock::Tokio`]).
     pub fn new(
         inner: Arc<dyn ObjectStore>,
         profile: LatencyProfile,
         seed: u64,
+    ) -> Result<ModelStore, StorageError> {
+        ModelStore::with_clock(inner, profile, seed, ModelClock::Tokio)
+    }
+
+    /// As [`ModelStore::new`], waiting on `clock`.
+    pub fn with_clock(
+        inner: Arc<dyn ObjectStore>,
+        profile: LatencyProfile,
+        seed: u64,
+        clock: ModelClock,
     ) -> Result<ModelStore, StorageError> {
         profile.validate()?;
         Ok(ModelStore {
@@ -511,6 +525,7 @@ impl ModelStore {
                 rng: Mutex::new(fastrand::Rng::with_seed(seed)),
                 outage: AtomicBool::new(false),
                 ignore_conditions: AtomicBool::new(false),
+                clock,
             }),
         })
     }
@@ -613,7 +628,7 @@ impl ObjectStore for ModelStore {
         if !head && bw > 0 {
             // Transfer time, paid up front rather than while streaming: close enough for a model.
             let secs = range_len(&result.range) as f64 / bw as f64;
-            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            self.model.clock.sleep(Duration::from_secs_f64(secs)).await;
         }
         Ok(result)
     }
@@ -706,9 +721,7 @@ impl MultipartUpload for ModelUpload {
         let put = self.upload.put_part(data);
         let model = Arc::clone(&self.model);
         Box::pin(async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
+            model.clock.sleep(delay).await;
             model.check(fail)?;
             put.await
         })

@@ -13,7 +13,7 @@ use weir_storage::hold::{HeldStore, Hold};
 use weir_storage::identity::{self, HolderCheck};
 use weir_storage::url::{canonical_option, Access, Opened, PRICE_OPTION};
 use weir_storage::{
-    probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelStore, PriceTable,
+    probe, BucketStats, BucketUrl, LatencyProfile, LayerStore, ModelClock, ModelStore, PriceTable,
     StorageError, StorageStats,
 };
 use weir_storage_gcs::connect as gcs_connect;
@@ -21,6 +21,10 @@ use weir_storage_gcs::{GcsRapid, RapidObjects};
 use weir_storage_s3x::{connect as s3x_connect, S3ExpressAppend};
 
 use crate::config::{Config, StorageConfig};
+
+/// A running agent's latency models wait on the wall clock: tokio's millisecond timer would add
+/// about a millisecond to every modelled request (`ModelClock`).
+const WALL: ModelClock = ModelClock::Wall;
 
 /// One opened bucket: its display name (URL without options), the store Weir uses (the layered
 /// store behind its [`Hold`]) and the layered store itself for the identity checks.
@@ -112,7 +116,7 @@ impl Buckets {
             let stack = if storage.down_buckets.contains(&index) {
                 let profile =
                     LatencyProfile::named(&storage.profile).context("unknown storage profile")?;
-                let down = ModelStore::new(raw.store.clone(), profile, bucket_seed)?;
+                let down = ModelStore::with_clock(raw.store.clone(), profile, bucket_seed, WALL)?;
                 down.set_outage(true);
                 warn!(bucket = index, %name, "fault test: bucket is down for this run");
                 raw.modelled(down)
@@ -122,10 +126,11 @@ impl Buckets {
             let stack = if storage.slow_buckets.contains(&index) {
                 let delay = storage.slow_bucket_delay;
                 warn!(bucket = index, %name, ?delay, "fault test: bucket is slow for this run");
-                let slow = ModelStore::new(
+                let slow = ModelStore::with_clock(
                     stack.store.clone(),
                     LatencyProfile::constant(&format!("slow-bucket-{index}"), delay),
                     bucket_seed,
+                    WALL,
                 )?;
                 stack.modelled(slow)
             } else {
@@ -503,7 +508,7 @@ fn with_fault_model(stack: Stack, storage: &StorageConfig, seed: u64) -> anyhow:
     if profile.is_zero() {
         return Ok(stack);
     }
-    let model = ModelStore::new(stack.store.clone(), profile, seed)?;
+    let model = ModelStore::with_clock(stack.store.clone(), profile, seed, WALL)?;
     Ok(stack.modelled(model))
 }
 

@@ -121,9 +121,7 @@ impl ModelWriter {
             return self.inner.flush().await;
         }
         let (delay, fail) = self.model.plan(Op::Append, pending);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
+        self.model.clock.sleep(delay).await;
         let Err(err) = self.model.check(fail) else {
             return self.inner.flush().await;
         };
