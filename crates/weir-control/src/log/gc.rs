@@ -37,11 +37,13 @@
 //! ([`LogStore::check_not_collected`]).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use futures::StreamExt;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
+use weir_common::Backoff;
 use weir_storage::keys;
 
 use super::{LogError, LogStore};
@@ -130,7 +132,33 @@ pub struct GcReport {
 impl LogStore {
     /// Log GC after snapshot `s2` was written by the serving writer, whose fence slots are
     /// `fence`. Reads `s2` back first and does nothing unless it decodes.
+    ///
+    /// A pass makes a dozen or so requests and stops at the first failed one; a failed pass is
+    /// run again (up to `write_attempts` passes, with backoff), since every pass is idempotent
+    /// (an absent object counts as deleted). Without that, a bucket failing a few percent of
+    /// requests fails most passes, and the log outgrows its bound between snapshots.
     pub async fn collect_garbage(&self, s2: u64, fence: &FenceSlots) -> Result<GcReport, LogError> {
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+        let mut rng = fastrand::Rng::with_seed(s2);
+        let mut pass = 1;
+        loop {
+            match self.collect_garbage_once(s2, fence).await {
+                Err(err @ LogError::Store { .. }) if pass < self.write_attempts => {
+                    warn!(s2, pass, error = %err, "metadata log GC pass failed, retrying");
+                }
+                result => return result,
+            }
+            pass += 1;
+            tokio::time::sleep(backoff.next_delay(&mut rng)).await;
+        }
+    }
+
+    /// One pass of [`LogStore::collect_garbage`].
+    async fn collect_garbage_once(
+        &self,
+        s2: u64,
+        fence: &FenceSlots,
+    ) -> Result<GcReport, LogError> {
         match self.read_snapshot(s2).await? {
             Some(Ok(_)) => {}
             Some(Err(reason)) => {

@@ -1,7 +1,7 @@
 //! A store wrapper for deterministic tests of the log: it can hold one create-only PUT on the
 //! wire until the test releases it (a stalled writer), let another writer's bytes land just
 //! before our PUT of a key (a race), answer create-only PUTs with a phantom `AlreadyExists` (S3's
-//! `409 ConditionalRequestConflict`), fail the deletes of chosen keys, and it records GETs and listings (what recovery reads); and helpers that write slots and snapshots directly.
+//! `409 ConditionalRequestConflict`), fail the deletes of chosen keys and the next few listings, and it records GETs and listings (what recovery reads); and helpers that write slots and snapshots directly.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -60,6 +60,8 @@ pub(crate) struct HoldStore {
     fail_puts: Mutex<Option<Path>>,
     /// Keys whose deletes fail (a bulk delete's per-key error); the others are deleted.
     failing_deletes: Mutex<Vec<Path>>,
+    /// This many of the next listings fail (a transient error).
+    failing_lists: Mutex<u32>,
     gets: Mutex<Vec<Path>>,
     /// `(prefix, offset)` of every listing.
     lists: Mutex<Vec<(Option<Path>, Option<Path>)>>,
@@ -82,6 +84,7 @@ impl HoldStore {
             phantom: Mutex::new(BTreeMap::new()),
             fail_puts: Mutex::new(None),
             failing_deletes: Mutex::new(Vec::new()),
+            failing_lists: Mutex::new(0),
             gets: Mutex::new(Vec::new()),
             lists: Mutex::new(Vec::new()),
         }
@@ -104,6 +107,20 @@ impl HoldStore {
         self
     }
 
+    /// The next `times` listings fail with a transient error.
+    pub(crate) fn failing_lists(self, times: u32) -> Self {
+        *self.failing_lists.lock().unwrap() = times;
+        self
+    }
+
+    /// Whether this listing is one of the failing ones.
+    fn list_fails(&self) -> bool {
+        let mut left = self.failing_lists.lock().unwrap();
+        let fails = *left > 0;
+        *left = left.saturating_sub(1);
+        fails
+    }
+
     /// Holds the next create-only PUT of `key` until the test releases it.
     pub(crate) fn hold(&self, key: Path) -> HeldPut {
         let (arrived_tx, arrived) = oneshot::channel();
@@ -124,6 +141,19 @@ impl HoldStore {
     pub(crate) fn lists(&self) -> Vec<(Option<Path>, Option<Path>)> {
         self.lists.lock().unwrap().clone()
     }
+}
+
+/// A listing that fails at once, as a transient store error.
+fn failed_listing(
+) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+    use futures::StreamExt;
+    futures::stream::once(async {
+        Err(object_store::Error::Generic {
+            store: "HoldStore",
+            source: "injected listing failure".into(),
+        })
+    })
+    .boxed()
 }
 
 impl std::fmt::Display for HoldStore {
@@ -230,6 +260,9 @@ impl ObjectStore for HoldStore {
         prefix: Option<&Path>,
     ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
         self.lists.lock().unwrap().push((prefix.cloned(), None));
+        if self.list_fails() {
+            return failed_listing();
+        }
         self.inner.list(prefix)
     }
 
@@ -242,6 +275,9 @@ impl ObjectStore for HoldStore {
             .lock()
             .unwrap()
             .push((prefix.cloned(), Some(offset.clone())));
+        if self.list_fails() {
+            return failed_listing();
+        }
         self.inner.list_with_offset(prefix, offset)
     }
 

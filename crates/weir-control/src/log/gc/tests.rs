@@ -131,6 +131,28 @@ async fn test_gc_deletes_past_a_failed_key_and_reports_it() {
     assert_eq!((again.snapshots, again.slots, again.epochs), (0, 1, 0));
 }
 
+/// A pass that hits a transient error is run again (up to `write_attempts` passes): a pass
+/// makes a dozen requests and stops at the first failure, so on a bucket failing a few percent
+/// of requests most single passes failed and the log outgrew its bound (simulator seed 307).
+#[tokio::test(start_paused = true)]
+async fn test_gc_runs_a_failed_pass_again() {
+    let memory = Arc::new(InMemory::new());
+    let (_, _, fence) = eighteen_epochs(&memory).await;
+    let before = seqs(&memory, keys::meta_log_prefix()).await.len();
+    // One pass: the failed listing ends it, nothing is collected below the snapshots' lists.
+    let store = HoldStore::new(memory.clone(), None).failing_lists(1);
+    let once = LogStore::new(Arc::new(store) as Arc<dyn ObjectStore>, 1);
+    let failed = once.collect_garbage(41, &fence).await;
+    assert!(matches!(failed, Err(LogError::Store { .. })), "{failed:?}");
+    assert_eq!(seqs(&memory, keys::meta_log_prefix()).await.len(), before);
+    // Two passes: the second collects everything the first would have.
+    let store = HoldStore::new(memory.clone(), None).failing_lists(1);
+    let twice = LogStore::new(Arc::new(store) as Arc<dyn ObjectStore>, 2);
+    let report = twice.collect_garbage(41, &fence).await.unwrap();
+    assert!(report.slots > 0, "{report:?}");
+    assert_eq!(seqs(&memory, keys::meta_snapshot_prefix()).await, [39, 41]);
+}
+
 #[tokio::test]
 async fn test_gc_does_nothing_when_the_new_snapshot_does_not_read_back() {
     let store = Arc::new(InMemory::new());
