@@ -14,6 +14,12 @@
 //! connection, or failed with an error that does not say whether it was written) cannot be
 //! re-sequenced without risking a duplicate: the client gives up on it, as librdkafka fails a
 //! message whose delivery timeout passed.
+//!
+//! An acknowledgement of a batch also acknowledges every earlier batch of its stream (same
+//! partition, same epoch) still waiting for a re-send, as librdkafka's implicit acks do: the
+//! broker takes sequence n+1 only after n. Without it, a batch whose written attempt was answered
+//! "possibly written" would be retried after later batches had pushed it out of the broker's
+//! five-batch window, and refused as out of sequence for ever.
 
 use std::collections::BTreeMap;
 
@@ -117,6 +123,8 @@ pub(crate) struct Stream {
     pub(crate) in_flight: BTreeMap<u32, Batch>,
     /// Failed or unanswered, to re-send in sequence order.
     pub(crate) retry: BTreeMap<i32, Batch>,
+    /// Every sequence below this is written (a batch from here on was acknowledged).
+    pub(crate) written_below: i32,
 }
 
 impl Stream {
@@ -224,6 +232,32 @@ impl Client {
         }
     }
 
+    /// `batch` was acknowledged: every earlier batch of its stream is written too. Returns
+    /// those that were waiting for a re-send, now implicitly acknowledged.
+    pub(crate) fn acknowledged(&mut self, batch: &Batch) -> Vec<Batch> {
+        let Some(stream) = self.streams.get_mut(&batch.partition) else {
+            return Vec::new();
+        };
+        if self.kind == Kind::Plain {
+            return Vec::new();
+        }
+        stream.written_below = stream.written_below.max(batch.sequence + batch.count);
+        let later = stream.retry.split_off(&stream.written_below);
+        std::mem::replace(&mut stream.retry, later)
+            .into_values()
+            .collect()
+    }
+
+    /// Whether a later batch of `batch`'s stream was acknowledged: it is written, whatever
+    /// this answer says.
+    pub(crate) fn written_before(&self, batch: &Batch) -> bool {
+        self.kind == Kind::Idempotent
+            && self
+                .streams
+                .get(&batch.partition)
+                .is_some_and(|stream| batch.sequence < stream.written_below)
+    }
+
     /// A batch that failed or went unanswered: idempotent clients re-send it later.
     pub(crate) fn failed(&mut self, batch: Batch) -> bool {
         match self.kind {
@@ -290,6 +324,7 @@ impl Client {
         for stream in self.streams.values_mut() {
             let pending = std::mem::take(&mut stream.retry);
             stream.next_sequence = 0;
+            stream.written_below = 0;
             for (_, mut batch) in pending {
                 if batch.ambiguous {
                     self.given_up += 1;
@@ -372,6 +407,36 @@ mod tests {
         );
         assert!(resends.iter().all(|b| b.attempts == 2));
         assert!(!client.settled());
+    }
+
+    #[test]
+    fn test_a_later_acknowledgement_acknowledges_earlier_batches_waiting_to_resend() {
+        let mut client = Client::new(1, Kind::Idempotent);
+        let a = client.new_batch(0, 2, 10);
+        let b = client.new_batch(0, 3, 11);
+        let c = client.new_batch(1, 1, 12);
+        // a was answered "possibly written"; b, behind it, was acknowledged.
+        let a = client.answered(0, a.id.number).unwrap();
+        client.failed(Batch {
+            ambiguous: true,
+            ..a
+        });
+        let b = client.answered(0, b.id.number).unwrap();
+        let implicit = client.acknowledged(&b);
+        assert_eq!(implicit.iter().map(|x| x.id).collect::<Vec<_>>(), [a.id]);
+        assert!(client.streams[&0].settled());
+        assert!(client.written_before(&a));
+        // A batch after b is not known written.
+        let d = client.new_batch(0, 1, 13);
+        assert!(!client.written_before(&d));
+        client.answered(0, d.id.number).unwrap();
+        // Another partition's stream is its own.
+        assert!(!client.written_before(&c));
+        // An epoch bump restarts the sequences: nothing is known written under the new one.
+        client.producer = Some((7, 0));
+        client.answered(1, c.id.number).unwrap();
+        assert_eq!(client.bump_epoch(), Some(1));
+        assert!(!client.written_before(&Batch { sequence: 0, ..a }));
     }
 
     #[test]

@@ -182,8 +182,12 @@ struct Request {
 struct Ack {
     id: BatchId,
     partition: i32,
+    /// Where the batch was acknowledged; for an implicit ack, the offset of the later batch
+    /// whose acknowledgement implied it (the batch is somewhere below).
     base_offset: i64,
     count: i32,
+    /// Implied by a later batch's acknowledgement, not answered itself.
+    implicit: bool,
 }
 
 /// What spawned tasks report back to the driver.

@@ -565,7 +565,11 @@ impl World {
                         partition: *partition,
                         base_offset,
                         count: batch.count,
+                        implicit: false,
                     });
+                    for earlier in self.clients[request.client].acknowledged(&batch) {
+                        self.implicit_ack(earlier, base_offset);
+                    }
                 }
                 PartitionOutcome::Failed(err) => {
                     if matches!(
@@ -606,12 +610,40 @@ impl World {
                         self.violation(format!("c{client_id}#{number} refused: {err}"));
                     }
                     self.event(&format!("fail c{client_id}#{number} p{partition}: {err}"));
+                    if self.clients[request.client].written_before(&batch) {
+                        // A later batch of its stream was acknowledged meanwhile.
+                        let below =
+                            self.acks.iter().rev().find(|ack| {
+                                ack.id.client == client_id && ack.partition == *partition
+                            });
+                        let below = below.map_or(0, |ack| ack.base_offset);
+                        self.implicit_ack(batch, below);
+                        continue;
+                    }
                     if !self.clients[request.client].failed(batch) {
                         self.report.plain_unacked += 1;
                     }
                 }
             }
         }
+    }
+
+    /// `batch` is written, below `below` in its partition: a later batch of its stream was
+    /// acknowledged at `below` (librdkafka's implicit ack). The auditor checks it is there.
+    fn implicit_ack(&mut self, batch: Batch, below: i64) {
+        self.event(&format!(
+            "implicit ack {} p{} below {below}",
+            batch.id, batch.partition
+        ));
+        self.report.acked_batches += 1;
+        self.report.acked_records += batch.count as u64;
+        self.acks.push(Ack {
+            id: batch.id,
+            partition: batch.partition,
+            base_offset: below,
+            count: batch.count,
+            implicit: true,
+        });
     }
 }
 

@@ -317,6 +317,21 @@ impl World {
     pub(super) fn check_acks(&self, shadow: &Shadow, messages: &mut Vec<String>) -> u64 {
         let mut lost = 0;
         for ack in &self.acks {
+            if ack.implicit {
+                let partition = ack.partition as usize;
+                let found = shadow.partitions[partition]
+                    .iter()
+                    .any(|placed| placed.seen.id == ack.id);
+                // Without its offset, a batch below the log start cannot be told from a lost one.
+                if !found && shadow.log_start(partition) == 0 {
+                    lost += 1;
+                    messages.push(format!(
+                        "LOST: {} implicitly acked (below p{}@{}) but not in the durable log",
+                        ack.id, ack.partition, ack.base_offset
+                    ));
+                }
+                continue;
+            }
             let last = ack.base_offset + i64::from(ack.count) - 1;
             if last < shadow.log_start(ack.partition as usize) {
                 continue;
