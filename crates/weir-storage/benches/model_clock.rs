@@ -4,7 +4,7 @@
 //! 6 ms, 400 requests, 8 at a time). Every request is a PUT on a constant-latency profile over an
 //! in-memory store, on a two-worker tokio runtime (real time), so the time above `MILLIS` is the
 //! clock's error (plus scheduling). Prints mean, p50 and p99 of the excess, for
-//! `ModelClock::Tokio` (millisecond timer wheel) and `ModelClock::Wall` (the agent's).
+//! `ModelClock::Tokio` (millisecond timer wheel) and `ModelClock::Compensated` (the agent's).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ fn main() {
         .build()
         .expect("runtime");
     println!("constant {millis} ms PUT, {requests} requests, {concurrency} at a time");
-    for clock in [ModelClock::Tokio, ModelClock::Wall] {
+    for clock in [ModelClock::Tokio, ModelClock::Compensated] {
         let profile = LatencyProfile::constant("bench", Duration::from_millis(millis));
         let store = Arc::new(
             ModelStore::with_clock(Arc::new(InMemory::new()), profile, 1, clock).expect("model"),

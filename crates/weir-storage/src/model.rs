@@ -7,7 +7,8 @@
 //! probability `error_rate`, or always while an outage is set). The model is a simulation of the
 //! cloud, not a mock of our code: everything above it runs for real. By default sleeps use
 //! `tokio::time`, so tests with a paused clock run instantly and deterministically (the RNG is
-//! seeded); an agent waits on the wall clock instead ([`ModelClock`]), to sub-millisecond precision.
+//! seeded); an agent subtracts tokio's timer lag instead ([`ModelClock`]), so that waits last
+//! what the profile says on average.
 //!
 //! Not modelled yet: per-prefix throttling (503 SlowDown) and hedging-relevant tail correlation.
 

@@ -22,9 +22,9 @@ use weir_storage_s3x::{connect as s3x_connect, S3ExpressAppend};
 
 use crate::config::{Config, StorageConfig};
 
-/// A running agent's latency models wait on the wall clock: tokio's millisecond timer would add
-/// about a millisecond to every modelled request (`ModelClock`).
-const WALL: ModelClock = ModelClock::Wall;
+/// A running agent's latency models subtract tokio's timer lag, which would add about a
+/// millisecond to every modelled request (`ModelClock`).
+const CLOCK: ModelClock = ModelClock::Compensated;
 
 /// One opened bucket: its display name (URL without options), the store Weir uses (the layered
 /// store behind its [`Hold`]) and the layered store itself for the identity checks.
@@ -116,7 +116,7 @@ impl Buckets {
             let stack = if storage.down_buckets.contains(&index) {
                 let profile =
                     LatencyProfile::named(&storage.profile).context("unknown storage profile")?;
-                let down = ModelStore::with_clock(raw.store.clone(), profile, bucket_seed, WALL)?;
+                let down = ModelStore::with_clock(raw.store.clone(), profile, bucket_seed, CLOCK)?;
                 down.set_outage(true);
                 warn!(bucket = index, %name, "fault test: bucket is down for this run");
                 raw.modelled(down)
@@ -130,7 +130,7 @@ impl Buckets {
                     stack.store.clone(),
                     LatencyProfile::constant(&format!("slow-bucket-{index}"), delay),
                     bucket_seed,
-                    WALL,
+                    CLOCK,
                 )?;
                 stack.modelled(slow)
             } else {
@@ -508,7 +508,7 @@ fn with_fault_model(stack: Stack, storage: &StorageConfig, seed: u64) -> anyhow:
     if profile.is_zero() {
         return Ok(stack);
     }
-    let model = ModelStore::with_clock(stack.store.clone(), profile, seed, WALL)?;
+    let model = ModelStore::with_clock(stack.store.clone(), profile, seed, CLOCK)?;
     Ok(stack.modelled(model))
 }
 
