@@ -28,14 +28,21 @@ ADMIN_TIMEOUT_S = 30.0
 Header = tuple  # (str, bytes | None)
 
 
-def wait_until(pred, timeout: float, what: str) -> None:
-    """Polls `pred` every 50 ms until it holds, or fails after `timeout` seconds."""
+def poll_until(pred, timeout: float, interval: float = 0.05) -> bool:
+    """Polls `pred` every `interval` seconds until it holds (True) or `timeout` seconds passed
+    (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            return True
+        time.sleep(interval)
+    return False
+
+
+def wait_until(pred, timeout: float, what: str) -> None:
+    """Polls `pred` every 50 ms until it holds, or fails after `timeout` seconds."""
+    if not poll_until(pred, timeout):
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def unique(prefix: str = "t") -> str:
@@ -149,14 +156,11 @@ def wait_readable(bootstrap: str, topic: str, last: dict, timeout: float) -> boo
     """Polls until every partition's high watermark is above `last[partition]` (the highest
     acknowledged offset): with parallel persistence a pending file below it holds readers until
     the resolver settles it. False if `timeout` seconds passed first."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def readable() -> bool:
         marks = ck_watermarks(bootstrap, topic, list(last))
-        if all(marks[p][1] > offset for p, offset in last.items()):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
+        return all(marks[p][1] > offset for p, offset in last.items())
+
+    return poll_until(readable, timeout, interval=0.2)
 
 
 # ========================================================= confluent-kafka

@@ -13,10 +13,11 @@
 //! retriably (an upload that failed or came late as [`ProduceError::Unresolved`], "possibly
 //! written", since the resolver may still confirm the file) and **abandons the incarnation**:
 //! every later file already reserved under it fails too (none can be answered before the
-//! failed one), and the reserver starts a new incarnation (a new chain). The abandoned incarnation's pending files are left to the
-//! resolver (`resolver.rs`), which confirms those that reached a quorum and aborts the rest
-//! once they can no longer be acknowledged. So the agent never has to decide an abort
-//! itself, and sequences roll back whole (RFC 0006, "Ack order").
+//! failed one), and the reserver starts a new incarnation (a new chain). The abandoned
+//! incarnation's pending files are left to the resolver (`resolver.rs`), which confirms those
+//! that reached a quorum and aborts the rest once they can no longer be acknowledged. So the
+//! agent never has to decide an abort itself, and sequences roll back whole (RFC 0006, "Ack
+//! order").
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
