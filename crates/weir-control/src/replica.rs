@@ -15,7 +15,7 @@
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use crate::entry::Entry;
-use crate::log::{opens_epoch, FenceSlots, LogError, LogStore, Replayed};
+use crate::log::{opens_epoch, FenceSlots, LogError, LogRecord, LogStore, Replayed};
 use crate::state::State;
 
 /// Slots one [`Replica::catch_up`] reads from the bucket at most.
@@ -146,39 +146,50 @@ impl Replica {
     /// reads it: it starts past the snapshot); a replica that far behind starts again from the
     /// replay instead.
     ///
-    /// One call reads at most [`MAX_CATCH_UP_SLOTS`] slots, and a replay it starts stops at
-    /// what it was asked to reach: a live leader keeps adding slots, and a follower that read
-    /// on to the first missing one could chase its tail for as long as the leader writes
-    /// faster than one GET per slot (a follower's tick, its leader connection and its
-    /// shutdown all wait on this).
+    /// A replay begins at the newest snapshot, which may lie well past what it was asked to
+    /// reach; it is followed by the slots after it (as many as one read takes), read before
+    /// the replica changes. Readers (fetch plans) then never see the snapshot's state if the
+    /// log is known to go further: a snapshot may be older than the deleter's grace, and a
+    /// plan made from it may name files deleted since.
+    ///
+    /// One call reads at most [`MAX_CATCH_UP_SLOTS`] slots past the replica (or past the
+    /// replay), and a replay it starts stops at what it was asked to reach: a live leader keeps
+    /// adding slots, and a follower that read on to the first missing one could chase its tail
+    /// for as long as the leader writes faster than one GET per slot (a follower's tick, its
+    /// leader connection and its shutdown all wait on this).
     pub async fn catch_up(
         &mut self,
         log: &LogStore,
         durable: Option<u64>,
     ) -> Result<u64, LogError> {
         let start = self.next_seq;
-        let mut read = Vec::new();
-        while read.len() < MAX_CATCH_UP_SLOTS {
-            match log.read_record(start + read.len() as u64).await? {
-                Some(record) => read.push(record),
-                None => break,
-            }
-        }
-        let collected = !read.is_empty() && log.snapshot_at_or_above(start).await?;
+        let read = read_slots(log, start).await?;
         let behind = durable.is_some_and(|durable| durable >= start + read.len() as u64);
-        if collected || behind {
+        if read_past_a_snapshot(log, start, &read).await? || behind {
             // Up to the slot asked for, or to what was just read: never past either.
             let reach = (start + read.len() as u64).max(durable.map_or(0, |d| d + 1));
             let replayed = log.replay_until(Some(reach)).await?;
             if replayed.gap > self.next_seq {
+                let gap = replayed.gap;
+                let mut after = read_slots(log, gap).await?;
+                if read_past_a_snapshot(log, gap, &after).await? {
+                    // A snapshot was written past the replay meanwhile: the next call.
+                    after.clear();
+                }
                 self.restart(replayed);
+                self.apply_read(gap, after);
             }
         } else {
-            for (seq, (epoch, record)) in (start..).zip(read) {
-                self.offer(seq, epoch, &record.entries);
-            }
+            self.apply_read(start, read);
         }
         Ok(self.next_seq.saturating_sub(start))
+    }
+
+    /// Offers slots read from the bucket, the first of them `from`.
+    fn apply_read(&mut self, from: u64, read: Vec<(u64, LogRecord)>) {
+        for (seq, (epoch, record)) in (from..).zip(read) {
+            self.offer(seq, epoch, &record.entries);
+        }
     }
 
     /// What a replay up to the replica's position would have found: where a follower that
@@ -194,6 +205,28 @@ impl Replica {
             fence: self.fence.clone(),
         }
     }
+}
+
+/// Slots `from..` in the bucket up to the first missing one, at most [`MAX_CATCH_UP_SLOTS`].
+async fn read_slots(log: &LogStore, from: u64) -> Result<Vec<(u64, LogRecord)>, LogError> {
+    let mut read = Vec::new();
+    while read.len() < MAX_CATCH_UP_SLOTS {
+        match log.read_record(from + read.len() as u64).await? {
+            Some(record) => read.push(record),
+            None => break,
+        }
+    }
+    Ok(read)
+}
+
+/// Whether slots read from `from` on may not be the log's: a snapshot at or above `from`
+/// exists, so log GC may have collected them and a deposed writer's late PUT created one again.
+async fn read_past_a_snapshot(
+    log: &LogStore,
+    from: u64,
+    read: &[(u64, LogRecord)],
+) -> Result<bool, LogError> {
+    Ok(!read.is_empty() && log.snapshot_at_or_above(from).await?)
 }
 
 #[cfg(test)]

@@ -33,6 +33,25 @@ async fn leader_and_replica() -> (ControlPlane, LogStore, Replica) {
     (control, log, replica)
 }
 
+/// A leader that snapshots every `every` slots with log GC on, its log, and a replica.
+async fn collecting_leader_and_replica(
+    every: u64,
+) -> (Arc<dyn ObjectStore>, ControlPlane, LogStore, Replica) {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let settings = ControlPlaneSettings {
+        snapshot_every_slots: every,
+        log_gc: true,
+        encode_snapshots_inline: true,
+        ..ControlPlaneSettings::default()
+    };
+    let control = ControlPlane::open(store.clone(), settings, 1)
+        .await
+        .unwrap();
+    let log = LogStore::new(store.clone(), 1);
+    let replica = Replica::new(log.replay().await.unwrap());
+    (store, control, log, replica)
+}
+
 /// A replica that catches up from the bucket holds what the leader's readers see, slot by slot.
 #[tokio::test]
 async fn test_replica_catches_up_to_what_the_leader_shows() {
@@ -128,18 +147,7 @@ async fn test_replica_never_passes_a_hole_and_agrees_with_replay_after_a_takeove
 /// A replica so far behind that log GC collected its next slot starts again from the snapshot.
 #[tokio::test(start_paused = true)]
 async fn test_replica_behind_collected_slots_restarts_from_the_snapshot() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let settings = ControlPlaneSettings {
-        snapshot_every_slots: 2,
-        log_gc: true,
-        encode_snapshots_inline: true,
-        ..ControlPlaneSettings::default()
-    };
-    let control = ControlPlane::open(store.clone(), settings, 1)
-        .await
-        .unwrap();
-    let log = LogStore::new(store.clone(), 1);
-    let mut replica = Replica::new(log.replay().await.unwrap());
+    let (store, control, log, mut replica) = collecting_leader_and_replica(2).await;
     let behind = replica.next_seq();
     for i in 0..12u8 {
         control
@@ -191,4 +199,44 @@ async fn test_catch_up_reads_a_bounded_number_of_slots_per_call() {
     let bounded = log.replay_until(Some(10)).await.unwrap();
     assert_eq!(bounded.gap, 10);
     assert_eq!(log.replay().await.unwrap().gap, replica.next_seq());
+}
+
+/// A replica whose restart begins at a snapshot past what it was asked to reach reads on past
+/// the snapshot before anyone sees the snapshot's state: seed 724 planned a fetch from such a
+/// state, 37 slots and more than the deleter's grace behind the log, naming a deleted file.
+#[tokio::test(start_paused = true)]
+async fn test_a_restart_reads_on_past_the_snapshot_it_begins_at() {
+    let (store, control, log, mut replica) = collecting_leader_and_replica(4).await;
+    let behind = replica.next_seq();
+    let snapshots = || async {
+        let listed = store
+            .list_with_delimiter(Some(&"meta/snapshot".into()))
+            .await;
+        listed.map(|l| l.objects.len()).unwrap_or(0)
+    };
+    let mut i = 0u8;
+    // Two snapshots (so log GC ran behind the newer), then slots past the newest one.
+    while snapshots().await < 2 {
+        i += 1;
+        control.submit(create(&format!("t{i}"), i)).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    for _ in 0..2 {
+        i += 1;
+        control.submit(create(&format!("t{i}"), i)).await.unwrap();
+    }
+    let newest_snapshot = log.replay().await.unwrap().snapshot_seq.unwrap();
+    let durable = control.subscribe().borrow().to_owned();
+    assert!(durable > newest_snapshot, "slots past the newest snapshot");
+    assert!(
+        object_store::ObjectStoreExt::head(store.as_ref(), &weir_storage::keys::meta_log(behind))
+            .await
+            .is_err(),
+        "log GC collected slot {behind}"
+    );
+    // Asked to reach only the slot it misses (as when the next slot it reads is a fence, or a
+    // stream's record is older than the snapshot).
+    replica.catch_up(&log, Some(behind)).await.unwrap();
+    assert_eq!(replica.next_seq(), durable + 1);
+    assert_eq!(json(&replica.state()), control.read(json));
 }
