@@ -147,6 +147,9 @@ def test_one_compaction_queue_serves_every_agent(cluster, monkeypatch):
     took the queue first) hands jobs to the workers of both agents over the control service,
     and what both agents acknowledged reads the same from both after the swaps."""
     fast_compaction(monkeypatch)
+    # A cluster needs a grace above 2 × plan TTL + lease timeout (2s here): a follower's reads
+    # may come from a replica that old.
+    monkeypatch.setenv("WEIR_GC_GRACE", "5s")
     a = cluster(1)
     b = cluster(2)
     assert joined_as(a) == "Leader" and joined_as(b) == "Follower"

@@ -34,6 +34,7 @@ use crate::ControlError;
 use weir_storage::append::AppendableStore;
 
 mod cluster;
+mod freshness;
 mod recovery;
 mod registry;
 mod served;
@@ -43,6 +44,7 @@ mod writer;
 pub use served::{Served, ServedChanges};
 
 use cluster::LeaseTask;
+use freshness::Freshness;
 pub use registry::{AgentInfo, Registration};
 use registry::{Heartbeats, LeaderConnSlot, Registrar};
 use snapshot::{SnapshotJob, SnapshotTrigger};
@@ -117,6 +119,10 @@ pub struct ClusterSettings {
     /// What the member registers about itself (RFC 0002 §5); `None` keeps it out of the
     /// registry (tests of leadership alone).
     pub agent: Option<AgentInfo>,
+    /// A follower serves reads only while its replica was known to hold the whole durable log
+    /// at most this long ago (see `plane/freshness.rs`); fetches get no records meanwhile. Must
+    /// stay below `gc.grace` less `gc.fetch_plan_ttl` and the read deadline. The lease timeout.
+    pub max_read_staleness: Duration,
 }
 
 impl ClusterSettings {
@@ -131,6 +137,7 @@ impl ClusterSettings {
             clock: Arc::new(crate::leadership::RuntimeClock),
             agent_timeout: Duration::from_secs(10),
             agent: None,
+            max_read_staleness: Duration::from_secs(10),
         }
     }
 }
@@ -203,6 +210,7 @@ pub struct ControlPlane {
     leader_conn: LeaderConnSlot,
     /// Pending files this agent acknowledged, served before their confirmation is durable.
     acknowledged: Arc<served::Acknowledged>,
+    freshness: Arc<Freshness>,
 }
 
 impl std::fmt::Debug for Command {
@@ -253,8 +261,13 @@ impl ControlPlane {
             || Arc::new(crate::leadership::RuntimeClock) as _,
             |cluster| cluster.clock.clone(),
         )));
+        let freshness =
+            Arc::new(Freshness::new(settings.cluster.as_ref().map(|cluster| {
+                (cluster.clock.clone(), cluster.max_read_staleness)
+            })));
         let (commands_tx, commands_rx) = mpsc::channel(4096);
         let mut writer = Writer {
+            freshness: freshness.clone(),
             log,
             settings,
             working: State::default(),
@@ -296,6 +309,7 @@ impl ControlPlane {
             leaving: Arc::default(),
             leader_conn,
             acknowledged: Arc::default(),
+            freshness,
         };
         if let Some(cluster) = cluster {
             if let Some(info) = cluster.agent.clone() {
@@ -492,6 +506,13 @@ impl ControlPlane {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         reader(&guard)
+    }
+
+    /// Whether this agent may serve reads from its state now: outside a cluster and on the
+    /// leader always; on a follower while its replica was known to hold the whole durable log
+    /// within `cluster.max_read_staleness` (see `plane/freshness.rs`).
+    pub fn serves_fresh_reads(&self) -> bool {
+        self.freshness.fresh()
     }
 
     /// Reads the durable state as this agent serves it to consumers: with the pending files it

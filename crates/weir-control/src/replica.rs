@@ -192,6 +192,16 @@ impl Replica {
         }
     }
 
+    /// Whether the replica holds every slot written when this was called: its next slot is
+    /// absent from the bucket, and no snapshot at or past it exists (log GC deletes slots only
+    /// behind a snapshot, so an absent slot below one was collected, not never written).
+    pub async fn holds_whole_log(&self, log: &LogStore) -> Result<bool, LogError> {
+        if log.read_record(self.next_seq).await?.is_some() {
+            return Ok(false);
+        }
+        Ok(!log.snapshot_at_or_above(self.next_seq).await?)
+    }
+
     /// What a replay up to the replica's position would have found: where a follower that
     /// takes over starts (its working state is a copy).
     pub(crate) fn as_replayed(&self) -> Replayed {

@@ -171,6 +171,9 @@ impl FetchReader {
     }
 
     /// Picks the batches from `offset` up to `max_bytes` (at least one batch if `at_least_one`).
+    /// A cluster follower whose replica is not known to be recent plans no batches (the fetch
+    /// answers none, as at the high watermark): its state may name files deleted since
+    /// (`ControlPlane::serves_fresh_reads`).
     pub fn plan(
         &self,
         topic_id: &TopicId,
@@ -179,6 +182,7 @@ impl FetchReader {
         max_bytes: usize,
         at_least_one: bool,
     ) -> Result<ReadPlan, FetchError> {
+        let fresh = self.control.serves_fresh_reads();
         self.control.read_served(|served| {
             let state = served.state();
             let partition_index = partition;
@@ -199,14 +203,18 @@ impl FetchReader {
                     high_watermark,
                 });
             }
-            let entries = planned_entries(
-                &served,
-                partition,
-                high_watermark,
-                offset,
-                max_bytes,
-                at_least_one,
-            );
+            let entries = if fresh {
+                planned_entries(
+                    &served,
+                    partition,
+                    high_watermark,
+                    offset,
+                    max_bytes,
+                    at_least_one,
+                )
+            } else {
+                Vec::new()
+            };
             Ok(ReadPlan {
                 planned_at: Instant::now(),
                 topic_id: *topic_id,

@@ -741,6 +741,8 @@ impl Membership {
             lease_timeout: cluster.lease_timeout,
             forward_timeout: cluster.forward_timeout,
             agent_timeout: cluster.agent_timeout,
+            // Config validation keeps it below gc.grace less twice gc.fetch_plan_ttl.
+            max_read_staleness: cluster.lease_timeout,
             agent: Some(weir_control::AgentInfo {
                 zone: config.agent.rack.clone(),
                 host: advertised_host.to_string(),

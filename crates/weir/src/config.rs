@@ -668,6 +668,18 @@ impl Config {
                 self.gc.fetch_plan_ttl
             );
         }
+        if !self.cluster.control_listen.is_empty()
+            && self.gc.grace <= self.gc.fetch_plan_ttl * 2 + self.cluster.lease_timeout
+        {
+            bail!(
+                "gc.grace ({:?}) must exceed twice gc.fetch_plan_ttl ({:?}) plus \
+                 cluster.lease_timeout ({:?}): a follower serves reads from a replica up to the \
+                 lease timeout old, whose plans may name files released that long ago",
+                self.gc.grace,
+                self.gc.fetch_plan_ttl,
+                self.cluster.lease_timeout
+            );
+        }
         if let FlushInterval::Fixed(interval) = self.produce.flush_interval {
             if interval > MAX_FLUSH_INTERVAL {
                 bail!(

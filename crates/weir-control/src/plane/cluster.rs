@@ -215,6 +215,7 @@ impl Writer {
             records: None,
         };
         self.role_changes.fetch_add(1, Ordering::SeqCst);
+        self.freshness.follow();
         self.role_tx.send_replace(Role::Follower {
             epoch: replica.log_epoch(),
         });
@@ -372,6 +373,7 @@ impl Writer {
         if !*self.available_tx.borrow() {
             self.restore_availability(following, replica).await;
         }
+        self.confirm_fresh(following, replica).await;
         if matches!(state, LeaseState::Held { .. }) {
             return None;
         }
@@ -464,6 +466,44 @@ impl Writer {
         match conn.records().await {
             Ok(records) => following.records = Some(records),
             Err(err) => debug!(error = %err, "no record stream from the leader"),
+        }
+    }
+
+    /// Records that the replica held the whole durable log when asked, which lets this
+    /// follower serve reads for `max_read_staleness` more (see `plane/freshness.rs`). It asks
+    /// the leader its durable position and catches up to it; a leader that cannot write its log
+    /// (cut off from its bucket, or deposed) confirms nothing. Without a leader's answer the
+    /// bucket may confirm it: the next slot absent, and no snapshot past it (log GC deletes
+    /// slots only behind a snapshot), costing a GET and a LIST per tick while cut off.
+    async fn confirm_fresh(&mut self, following: &mut Following, replica: &mut Replica) {
+        let asked = following.cluster.clock.now();
+        let status = match &following.conn {
+            Some(conn) => match conn.status().await {
+                Ok(status) if status.available && status.epoch >= following.watch.epoch() => {
+                    Some(status)
+                }
+                Ok(_) => None,
+                Err(err) => {
+                    debug!(error = %err, "leader status failed");
+                    None
+                }
+            },
+            None => None,
+        };
+        let whole = match status {
+            Some(status) => {
+                if replica.next_seq() <= status.durable {
+                    if let Err(err) = replica.catch_up(&self.log, Some(status.durable)).await {
+                        warn!(error = %err, "follower could not read the metadata log");
+                    }
+                    self.publish(replica);
+                }
+                replica.next_seq() > status.durable
+            }
+            None => replica.holds_whole_log(&self.log).await.unwrap_or(false),
+        };
+        if whole {
+            self.freshness.confirmed(asked);
         }
     }
 

@@ -40,6 +40,8 @@ pub(super) struct Writer {
     /// The slots log GC must keep: recovery's fence (only recovery writes `NewEpoch`).
     pub(super) fence: FenceSlots,
     pub(super) snapshots: SnapshotTrigger,
+    /// Whether reads may be served (a follower's replica confirmed recently enough).
+    pub(super) freshness: Arc<Freshness>,
 }
 
 pub(super) struct WriterPosition {
@@ -72,6 +74,7 @@ impl Writer {
         self.durable_tx.send_replace(recovered.next_seq - 1);
         self.role_changes.fetch_add(1, Ordering::SeqCst);
         self.available_tx.send_replace(true);
+        self.freshness.lead();
         self.role_tx.send_replace(Role::Leader {
             epoch: recovered.epoch,
         });

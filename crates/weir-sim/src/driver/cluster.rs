@@ -150,6 +150,9 @@ impl World {
             // the 3-renewal minimum of production assumes, and a live member whose heartbeats a
             // fast leader clock counts as late would be fenced and register again.
             agent_timeout: cluster.lease_timeout * 2,
+            // A fifth of the deleter's grace, as plan TTL and read deadline are: on a clock at
+            // half speed that is 0.4 × grace, and with both 0.8 × grace, under the grace.
+            max_read_staleness: cluster.lease_timeout.min(self.scenario.gc.grace / 5),
             agent: Some(AgentInfo {
                 zone: format!("zone-{}", node_id % 2),
                 host: address.clone(),

@@ -293,3 +293,22 @@ fn test_config_control_advertise_is_host_and_port() {
         "an advertised control address without a control service"
     );
 }
+
+#[test]
+fn test_config_cluster_grace_covers_plan_ttl_and_a_followers_staleness() {
+    let load = |grace: &str, cluster: bool| {
+        let mut pairs = vec![
+            ("WEIR_GC_GRACE", grace),
+            ("WEIR_GC_FETCH_PLAN_TTL", "5s"),
+            ("WEIR_CLUSTER_LEASE_TIMEOUT", "10s"),
+        ];
+        if cluster {
+            pairs.push(("WEIR_CLUSTER_CONTROL_LISTEN", "127.0.0.1:0"));
+        }
+        Config::load(None, env(&pairs))
+    };
+    let err = load("20s", true).unwrap_err().to_string();
+    assert!(err.contains("cluster.lease_timeout"), "{err}");
+    assert!(load("21s", true).is_ok());
+    assert!(load("20s", false).is_ok(), "a single agent has no follower");
+}

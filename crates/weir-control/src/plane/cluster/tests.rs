@@ -321,6 +321,42 @@ async fn test_a_follower_cut_off_its_peers_claims_nothing_and_recovers_when_heal
     assert_eq!(topics(&a), vec!["healed", "t"]);
 }
 
+/// A follower serves reads only while it knows its replica is recent (`plane/freshness.rs`):
+/// cut off its leader it confirms that from the bucket; cut off the bucket too, its replica
+/// stops while the leader's deleter goes on, so after `max_read_staleness` it plans no batches;
+/// healed, it serves again. The leader always serves.
+#[tokio::test(start_paused = true)]
+async fn test_a_follower_cut_off_stops_serving_reads_after_the_staleness_bound() {
+    let bucket = Arc::new(InMemory::new());
+    let links = LocalLinks::default();
+    let a = member(&bucket, &links, 1).await;
+    let c = member(&bucket, &links, 3).await;
+    let fresh = |m: &Member| m.plane.serves_fresh_reads();
+    assert!(!fresh(&c), "a starting follower has confirmed nothing");
+    assert!(wait_until(MINUTE, || fresh(&c)).await.is_some());
+    let bound = ClusterSettings::new(0, "", links.link_for("x")).max_read_staleness;
+    links.set_cut(&c.address, true);
+    a.plane
+        .create_topic("t", 1, BTreeMap::new(), 2)
+        .await
+        .unwrap();
+    tokio::time::sleep(bound * 2).await;
+    assert!(
+        fresh(&c),
+        "the bucket confirms a follower cut off its peers"
+    );
+    assert_eq!(topics(&c), vec!["t"]);
+    c.store.set_outage(true);
+    tokio::time::sleep(bound / 2).await;
+    assert!(fresh(&c), "within the bound");
+    let stale = wait_until(MINUTE, || !fresh(&c)).await;
+    assert!(stale.is_some_and(|after| after <= bound), "{stale:?}");
+    assert!(fresh(&a), "the leader");
+    links.set_cut(&c.address, false);
+    c.store.set_outage(false);
+    assert!(wait_until(MINUTE, || fresh(&c)).await.is_some());
+}
+
 /// A member that registers itself (RFC 0002 §5).
 async fn registered(
     bucket: &Arc<InMemory>,
