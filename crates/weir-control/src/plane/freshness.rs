@@ -5,9 +5,10 @@
 //! after the log released them: a fetch planned from a replica that old may name a file that is
 //! gone. So a follower serves reads only while it knows its replica held the whole durable log
 //! at most `max_read_staleness` ago: it asks the leader its durable position on every tick and,
-//! once its replica holds that slot, records when it asked. A fetch plan made then names only
-//! files the log still held within `max_read_staleness` of planning, and is read within plan
-//! TTL + read deadline of that, which the deleter's grace exceeds.
+//! once its replica holds that slot, records when it asked; when no available leader answers,
+//! the bucket may confirm it instead (`Replica::holds_whole_log`). A fetch plan made then names
+//! only files the log still held within `max_read_staleness` of planning, and is read within
+//! plan TTL + read deadline of that, which the deleter's grace exceeds.
 //!
 //! A leader's state is the log (a leader deposed while cut off serves its last view until it
 //! learns of the later epoch; docs/reliability.md). A control plane outside a cluster is always
