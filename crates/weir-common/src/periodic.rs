@@ -25,6 +25,8 @@ pub async fn next_pass(ticks: &mut Interval, stop: &mut watch::Receiver<bool>) -
             return false;
         }
         tokio::select! {
+            // Biased: the simulator replays a seed exactly only without tokio's random choice.
+            biased;
             _ = ticks.tick() => return !*stop.borrow(),
             changed = stop.changed() => {
                 if changed.is_err() {

@@ -568,6 +568,8 @@ impl Outstanding {
 /// Sleeps `interval`; true when `stop` turned true (or its sender is gone) first.
 async fn wait_or_stop(interval: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
+        // Biased: the simulator replays a seed exactly only without tokio's random choice.
+        biased;
         _ = tokio::time::sleep(interval) => *stop.borrow(),
         changed = stop.changed() => changed.is_err() || *stop.borrow(),
     }

@@ -203,8 +203,11 @@ impl GroupCoordinator {
                 return;
             }
             tokio::select! {
-                _ = tokio::time::sleep(sleep_for) => {}
+                // Biased: the simulator replays a seed exactly only without tokio's random
+                // choice; a wake-up first, so a due timer never delays it.
+                biased;
                 _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep_for) => {}
             }
         }
     }

@@ -192,7 +192,12 @@ impl Reserver {
         let mut tip: Option<FileId> = None;
         let mut confirms = Confirms::default();
         loop {
+            // Biased, here and in every select! the simulator runs through: tokio's random
+            // branch choice is seeded per process, so an unbiased select! makes a seed's run
+            // differ from its replay. A sealed file first: its reservation takes pending
+            // confirmations along (below).
             let file = tokio::select! {
+                biased;
                 file = self.sealed.recv() => file,
                 Some(confirm) = confirms_rx.recv() => {
                     confirms.push(confirm);

@@ -145,6 +145,9 @@ impl Resolver {
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
+                // Biased: the simulator replays a seed exactly only without tokio's random
+                // choice.
+                biased;
                 _ = tokio::time::sleep(self.settings.interval) => {}
                 _ = stop.changed() => {}
             }

@@ -95,9 +95,12 @@ impl Default for SimOptions {
 
 /// Runs one seed on a fresh single-threaded runtime with a paused clock.
 pub fn run(seed: u64, options: &SimOptions) -> SimReport {
+    // Seeded: tokio draws random numbers to pick an unbiased select! branch and the order in
+    // which a watch channel wakes its waiters; unseeded, a seed would not replay exactly.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
+        .rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()))
         .build()
         .expect("a current-thread runtime builds");
     runtime.block_on(async {

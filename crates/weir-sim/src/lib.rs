@@ -34,6 +34,12 @@
 //!
 //! `cargo nextest run -p weir-sim` runs a fixed set of seeds; `weir-sim --seeds N` runs more.
 
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "weir-sim needs `--cfg tokio_unstable` to seed tokio's random numbers (set in \
+     .cargo/config.toml; a RUSTFLAGS in the environment replaces that list, so add the cfg there too)"
+);
+
 mod archive;
 mod audit;
 mod client;

@@ -124,7 +124,9 @@ fn test_sim_same_seed_same_run() {
         steps: 300,
         ..SimOptions::default()
     };
-    for seed in [3, 25] {
+    // 3 and 25 run one agent, 469 a cluster of five (whose members wait on watch channels,
+    // where tokio's seeded random numbers order the wake-ups).
+    for seed in [3, 25, 469] {
         let first: SimReport = run(seed, &options);
         let second = run(seed, &options);
         assert_eq!(first, second, "seed {seed} did not replay");

@@ -163,6 +163,8 @@ impl ServedChanges {
     /// Waits for a change after the last [`Self::mark_seen`]; `Err` once the writer is gone.
     pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
         tokio::select! {
+            // Biased: the simulator replays a seed exactly only without tokio's random choice.
+            biased;
             changed = self.durable.changed() => changed,
             changed = self.acknowledged.changed() => changed,
         }
