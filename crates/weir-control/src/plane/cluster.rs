@@ -167,6 +167,8 @@ struct Following {
     /// `conn`, shared with the registrar (its heartbeats).
     shared: LeaderConnSlot,
     records: Option<BoxStream<'static, DurableRecord>>,
+    /// The leader address last logged as connected.
+    announced: Option<String>,
 }
 
 impl Following {
@@ -213,6 +215,7 @@ impl Writer {
             conn: None,
             shared: self.leader_conn.clone(),
             records: None,
+            announced: None,
         };
         self.role_changes.fetch_add(1, Ordering::SeqCst);
         self.freshness.follow();
@@ -450,6 +453,12 @@ impl Writer {
         };
         match following.cluster.link.connect(&address) {
             Ok(conn) => {
+                // Once per leader address: a follower that did not log this since it began to
+                // follow cannot forward writes or heartbeat.
+                if following.announced.as_deref() != Some(address.as_str()) {
+                    info!(%address, epoch = following.watch.epoch(), "connected to the control-plane leader");
+                    following.announced = Some(address.clone());
+                }
                 following.shared.set(Some(conn.clone()));
                 following.conn = Some(conn);
                 self.subscribe(following).await;

@@ -71,6 +71,10 @@ pub(crate) struct Heartbeats {
     /// Agents known to be gone without waiting for the timeout: the leader this member took
     /// over from (its lease stood still for the lease timeout).
     gone: Mutex<HashSet<(i32, String)>>,
+    /// The epoch this member last led and since when it has led without a break: epochs it
+    /// claimed back to back (a leader's own claim after a failed write) keep the clock, any
+    /// other leader's epoch in between restarts it, since heartbeats went to that leader.
+    leading: Mutex<Option<(u64, Instant)>>,
 }
 
 impl Heartbeats {
@@ -79,6 +83,26 @@ impl Heartbeats {
             clock,
             heard: Mutex::default(),
             gone: Mutex::default(),
+            leading: Mutex::default(),
+        }
+    }
+
+    /// This member leads `epoch` from now (the writer installed it).
+    pub(crate) fn lead(&self, epoch: u64) {
+        let now = self.clock.now();
+        let mut leading = self.leading.lock().unwrap_or_else(|p| p.into_inner());
+        let since = match *leading {
+            Some((last, since)) if epoch == last || epoch == last + 1 => since,
+            _ => now,
+        };
+        *leading = Some((epoch, since));
+    }
+
+    /// Since when this member has led without a break, if it leads `epoch`.
+    fn leading_since(&self, epoch: u64) -> Option<Instant> {
+        match *self.leading.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((last, since)) if last == epoch => Some(since),
+            _ => None,
         }
     }
 
@@ -129,9 +153,6 @@ pub(super) struct Registrar {
 
 impl Registrar {
     pub(super) async fn run(self) {
-        // Since when this member leads (a leader that claims again after a failed write keeps
-        // its clock: its heartbeats did not stop meanwhile).
-        let mut leading_since: Option<Instant> = None;
         let mut refused_since: Option<Instant> = None;
         // Agents being fenced (warned about once).
         let mut fencing = HashSet::new();
@@ -142,12 +163,15 @@ impl Registrar {
                 return;
             }
             let now = self.cluster.clock.now();
-            match *self.plane.role.borrow() {
-                Role::Leader { .. } => {
-                    leading_since.get_or_insert(now);
+            // Since when this member leads, from the writer's installs rather than from this
+            // loop's samples: leadership can move to another member and back between two ticks,
+            // and heartbeats meanwhile went to the other leader.
+            let leading_since = match *self.plane.role.borrow() {
+                Role::Leader { epoch } => {
+                    Some(self.plane.heartbeats.leading_since(epoch).unwrap_or(now))
                 }
-                Role::Follower { .. } => leading_since = None,
-            }
+                Role::Follower { .. } => None,
+            };
             if let Some(since) = leading_since {
                 self.fence_silent(since, now, &mut fencing).await;
             } else {
@@ -330,5 +354,30 @@ fn unregistered(current: &mut Registration) -> bool {
         Registration::Registered { .. } | Registration::Fenced => {
             replace(current, Registration::Fenced)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leadership::RuntimeClock;
+
+    /// A leader's clock for silent agents runs from its own first claim while it claims epoch
+    /// after epoch itself, and restarts when another member led in between: heartbeats went
+    /// to that member meanwhile (a writer deposed while idle, taking over again later, would
+    /// otherwise fence every agent at once).
+    #[tokio::test(start_paused = true)]
+    async fn test_leading_since_restarts_after_another_members_epoch() {
+        let heartbeats = Heartbeats::new(Arc::new(RuntimeClock));
+        heartbeats.lead(5);
+        let first = heartbeats.leading_since(5).expect("leads 5");
+        tokio::time::advance(Duration::from_millis(300)).await;
+        heartbeats.lead(6);
+        assert_eq!(heartbeats.leading_since(6), Some(first));
+        assert_eq!(heartbeats.leading_since(5), None, "no longer leads 5");
+        tokio::time::advance(Duration::from_millis(300)).await;
+        heartbeats.lead(9);
+        let again = heartbeats.leading_since(9).expect("leads 9");
+        assert_eq!(again - first, Duration::from_millis(600));
     }
 }

@@ -75,6 +75,7 @@ impl Writer {
         self.role_changes.fetch_add(1, Ordering::SeqCst);
         self.available_tx.send_replace(true);
         self.freshness.lead();
+        self.heartbeats.lead(recovered.epoch);
         self.role_tx.send_replace(Role::Leader {
             epoch: recovered.epoch,
         });
