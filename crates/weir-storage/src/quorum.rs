@@ -65,6 +65,8 @@ pub struct QuorumWriter {
     lag: Vec<Arc<BucketLag>>,
     read_hedge_after: Duration,
     hedged_reads: Arc<AtomicU64>,
+    /// Join a payload's parts once before it fans out (see [`Self::with_contiguous_payloads`]).
+    contiguous_payloads: bool,
 }
 
 impl QuorumWriter {
@@ -85,7 +87,18 @@ impl QuorumWriter {
             lag,
             read_hedge_after: DEFAULT_READ_HEDGE_AFTER,
             hedged_reads: Arc::default(),
+            contiguous_payloads: false,
         })
+    }
+
+    /// Joins a payload of several parts into one buffer once, before it goes to every bucket.
+    /// For in-process buckets (`memory://`): their store copies a payload of several parts into
+    /// a buffer of its own, one copy per bucket, into freshly faulted memory, while a payload
+    /// of one part it keeps as it is (shared by every bucket). Remote buckets stream the parts
+    /// and need no copy, so this stays off for them.
+    pub fn with_contiguous_payloads(mut self, contiguous: bool) -> Self {
+        self.contiguous_payloads = contiguous;
+        self
     }
 
     /// Sets the budget of payload bytes each bucket may have in writes still running after their
@@ -133,6 +146,11 @@ impl QuorumWriter {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<Vec<usize>, StorageError> {
+        let payload = if self.contiguous_payloads && payload.as_ref().len() > 1 {
+            PutPayload::from(Bytes::from(payload))
+        } else {
+            payload
+        };
         let writes = self
             .buckets
             .iter()
@@ -545,6 +563,31 @@ mod tests {
         assert!(QuorumWriter::new(b.clone(), 0).is_err());
         assert!(QuorumWriter::new(b.clone(), 2).is_err());
         assert!(QuorumWriter::new(b, 1).is_ok());
+    }
+
+    /// In-process buckets keep a one-part payload as it is: with contiguous payloads the parts
+    /// are joined once and every bucket holds that same buffer; without, each bucket's store
+    /// joins them into a buffer of its own.
+    #[tokio::test]
+    async fn test_contiguous_payloads_share_one_buffer_across_in_process_buckets() {
+        for contiguous in [true, false] {
+            let buckets: Vec<Arc<dyn ObjectStore>> =
+                (0..3).map(|_| Arc::new(InMemory::new()) as _).collect();
+            let qw = QuorumWriter::new(buckets.clone(), 3)
+                .unwrap()
+                .with_contiguous_payloads(contiguous);
+            let parts = [&b"head"[..], b"batch-1", b"batch-2", b"footer"];
+            let payload: PutPayload = parts.iter().map(|p| Bytes::from_static(p)).collect();
+            let key = Path::from("file");
+            qw.put(&key, payload).await.unwrap();
+            let mut stored = Vec::new();
+            for bucket in &buckets {
+                stored.push(bucket.get(&key).await.unwrap().bytes().await.unwrap());
+            }
+            assert!(stored.iter().all(|b| &b[..] == b"headbatch-1batch-2footer"));
+            let shared = stored.iter().all(|b| b.as_ptr() == stored[0].as_ptr());
+            assert_eq!(shared, contiguous, "contiguous {contiguous}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -201,7 +201,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let writer = Arc::new(
         QuorumWriter::new(buckets.ingest_stores(), config.storage.quorum)?
             .with_max_lagging_bytes(config.storage.max_lagging_bytes_per_bucket)
-            .with_read_hedge_after(config.storage.read_hedge_after),
+            .with_read_hedge_after(config.storage.read_hedge_after)
+            .with_contiguous_payloads(buckets.ingest_in_process()),
     );
     let ingest = ingest_writes(&config, &buckets, clock.clone(), seed)?;
     let produce = ProducePipeline::start_with(

@@ -256,6 +256,11 @@ impl Buckets {
         self.ingest.iter().map(|b| b.appendable.clone()).collect()
     }
 
+    /// Whether every ingest bucket lives in this process (`memory://`).
+    pub(crate) fn ingest_in_process(&self) -> bool {
+        self.ingest.iter().all(|b| b.name.starts_with("memory://"))
+    }
+
     /// The ingest buckets' layered stores, in holder order.
     pub(crate) fn ingest_stores(&self) -> Vec<Arc<dyn ObjectStore>> {
         self.ingest.iter().map(|b| b.store.clone()).collect()
