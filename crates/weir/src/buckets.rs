@@ -256,9 +256,11 @@ impl Buckets {
         self.ingest.iter().map(|b| b.appendable.clone()).collect()
     }
 
-    /// Whether every ingest bucket lives in this process (`memory://`).
+    /// Whether every ingest bucket lives in this process (`memory://`: not durable).
     pub(crate) fn ingest_in_process(&self) -> bool {
-        self.ingest.iter().all(|b| b.name.starts_with("memory://"))
+        self.ingest
+            .iter()
+            .all(|b| BucketUrl::parse(&b.name).is_ok_and(|url| !url.is_durable()))
     }
 
     /// The ingest buckets' layered stores, in holder order.
