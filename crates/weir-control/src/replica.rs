@@ -138,7 +138,8 @@ impl Replica {
     /// how many it took. When `durable` (the leader's durable position, from a barrier or the
     /// stream) says a slot the bucket no longer has was written, log GC collected it (the
     /// replica was behind the two newest snapshots): the replica starts again from a fresh
-    /// replay, which begins at a snapshot past it.
+    /// replay, which begins at a snapshot past it. Behind with no snapshot at or past its next
+    /// slot, it reads on from where it is.
     ///
     /// Slots read from the bucket are applied only if no snapshot at or above the first of them
     /// exists. Log GC deletes slots only below a snapshot, and a deposed writer's late PUT may
@@ -165,7 +166,13 @@ impl Replica {
         let start = self.next_seq;
         let read = read_slots(log, start).await?;
         let behind = durable.is_some_and(|durable| durable >= start + read.len() as u64);
-        if read_past_a_snapshot(log, start, &read).await? || behind {
+        // A snapshot at or past the replica: what was read may not be the log's, or (behind)
+        // the replica's next slot was collected, or a snapshot lets it skip ahead. Behind with
+        // none, it reads on from here in the next call: a replay would begin at an older
+        // snapshot (or at slot 0) and read again every slot the replica holds.
+        let snapshot_ahead =
+            (!read.is_empty() || behind) && log.snapshot_at_or_above(start).await?;
+        if snapshot_ahead {
             // Up to the slot asked for, or to what was just read: never past either.
             let reach = (start + read.len() as u64).max(durable.map_or(0, |d| d + 1));
             let replayed = log.replay_until(Some(reach)).await?;

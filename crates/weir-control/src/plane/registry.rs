@@ -141,6 +141,34 @@ impl Heartbeats {
     }
 }
 
+/// A follower's heartbeats to the leader, once per lease renewal on a loop of their own: the
+/// registrar's loop waits for what it submits, which goes through the follow loop, and slow
+/// storage reads there (a follower far behind catching up) must not silence this member until
+/// the leader fences it. Each is sent in the background, so a slow leader holds nothing up.
+async fn heartbeats(plane: ControlPlane, cluster: ClusterSettings) {
+    let interval = cluster.clock.real(cluster.lease_renew);
+    loop {
+        tokio::time::sleep(interval).await;
+        if plane.commands.is_closed() || plane.leaving.load(Ordering::SeqCst) {
+            return;
+        }
+        if !matches!(*plane.role.borrow(), Role::Follower { .. }) {
+            continue;
+        }
+        let Some(conn) = plane.leader_conn.get() else {
+            continue;
+        };
+        let (node_id, incarnation) = (cluster.node_id, cluster.incarnation.clone());
+        let timeout = cluster.forward_timeout;
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(timeout, conn.heartbeat(node_id, &incarnation)).await;
+            if let Ok(Err(err)) = sent {
+                debug!(error = %err, "heartbeat to the leader failed");
+            }
+        });
+    }
+}
+
 /// The registry task of one member: registers it, and fences silent agents while it leads.
 pub(super) struct Registrar {
     pub(super) plane: ControlPlane,
@@ -153,6 +181,7 @@ pub(super) struct Registrar {
 
 impl Registrar {
     pub(super) async fn run(self) {
+        tokio::spawn(heartbeats(self.plane.clone(), self.cluster.clone()));
         let mut refused_since: Option<Instant> = None;
         // Agents being fenced (warned about once).
         let mut fencing = HashSet::new();
@@ -174,27 +203,9 @@ impl Registrar {
             };
             if let Some(since) = leading_since {
                 self.fence_silent(since, now, &mut fencing).await;
-            } else {
-                self.heartbeat();
             }
             self.register(now, &mut refused_since).await;
         }
-    }
-
-    /// A follower's heartbeat to the leader, on its own timer (a follower's tick may be held up
-    /// by slow storage reads), in the background so a slow leader holds nothing up.
-    fn heartbeat(&self) {
-        let Some(conn) = self.plane.leader_conn.get() else {
-            return;
-        };
-        let (node_id, incarnation) = (self.cluster.node_id, self.cluster.incarnation.clone());
-        let timeout = self.cluster.forward_timeout;
-        tokio::spawn(async move {
-            let sent = tokio::time::timeout(timeout, conn.heartbeat(node_id, &incarnation)).await;
-            if let Ok(Err(err)) = sent {
-                debug!(error = %err, "heartbeat to the leader failed");
-            }
-        });
     }
 
     /// The leader's duty: fences every agent (but itself) silent for the agent timeout.

@@ -33,6 +33,18 @@ async fn leader_and_replica() -> (ControlPlane, LogStore, Replica) {
     (control, log, replica)
 }
 
+/// A leader that wrote `behind` slots (no snapshot), its log, and a replica of none of them.
+async fn replica_behind_by(behind: usize) -> (ControlPlane, LogStore, Replica) {
+    let (control, log, replica) = leader_and_replica().await;
+    for i in 0..behind {
+        control
+            .create_topic(&format!("t{i}"), 1, BTreeMap::new(), i as u64 + 1)
+            .await
+            .unwrap();
+    }
+    (control, log, replica)
+}
+
 /// A leader that snapshots every `every` slots with log GC on, its log, and a replica.
 async fn collecting_leader_and_replica(
     every: u64,
@@ -183,14 +195,8 @@ async fn test_replica_behind_collected_slots_restarts_from_the_snapshot() {
 /// bounded replay stops where it was asked to.
 #[tokio::test]
 async fn test_catch_up_reads_a_bounded_number_of_slots_per_call() {
-    let (control, log, mut replica) = leader_and_replica().await;
     let behind = MAX_CATCH_UP_SLOTS + 40;
-    for i in 0..behind {
-        control
-            .create_topic(&format!("t{i}"), 1, BTreeMap::new(), i as u64 + 1)
-            .await
-            .unwrap();
-    }
+    let (control, log, mut replica) = replica_behind_by(behind).await;
     let first = replica.catch_up(&log, None).await.unwrap();
     assert_eq!(first, MAX_CATCH_UP_SLOTS as u64);
     let second = replica.catch_up(&log, None).await.unwrap();
@@ -237,6 +243,24 @@ async fn test_a_restart_reads_on_past_the_snapshot_it_begins_at() {
     // Asked to reach only the slot it misses (as when the next slot it reads is a fence, or a
     // stream's record is older than the snapshot).
     replica.catch_up(&log, Some(behind)).await.unwrap();
+    assert_eq!(replica.next_seq(), durable + 1);
+    assert_eq!(json(&replica.state()), control.read(json));
+}
+
+/// A replica far behind a leader that wrote no snapshot past it reads on from where it is,
+/// a bounded number of slots per call, even when told how far the leader is: a replay would
+/// begin at slot 0 (or an older snapshot) and read again every slot the replica holds. CI
+/// once saw a deposed leader, 4,000 slots behind on its S3 server, still replaying 76 s after
+/// its buckets returned, its registration and heartbeats stalled behind it.
+#[tokio::test]
+async fn test_a_replica_behind_with_no_snapshot_past_it_reads_on_from_where_it_is() {
+    let behind = MAX_CATCH_UP_SLOTS + 40;
+    let (control, log, mut replica) = replica_behind_by(behind).await;
+    let durable = control.subscribe().borrow().to_owned();
+    let first = replica.catch_up(&log, Some(durable)).await.unwrap();
+    assert_eq!(first, MAX_CATCH_UP_SLOTS as u64);
+    let second = replica.catch_up(&log, Some(durable)).await.unwrap();
+    assert_eq!(first + second, behind as u64);
     assert_eq!(replica.next_seq(), durable + 1);
     assert_eq!(json(&replica.state()), control.read(json));
 }
