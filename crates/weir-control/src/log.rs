@@ -706,9 +706,23 @@ impl LogStore {
             last_dead, "found dead slots of a deposed writer, filling holes"
         );
         for seq in gap + 1..=last_dead {
-            // Existing records stay (dead to replay); empty pre-warmed objects are holes.
-            if existing.binary_search(&seq).is_ok() && !self.is_empty_slot(seq).await? {
-                continue;
+            // Existing records stay (dead to replay); empty pre-warmed objects are holes. Read
+            // again now, not trusted from the listing: a later writer whose replay passed our
+            // fillers may have written its `NewEpoch` into an object that was empty then, and
+            // skipping that record as dead would let us serve as a deposed writer (weir-sim
+            // seeds 583 and 874 with slots read concurrently: an acknowledged slot lost).
+            if existing.binary_search(&seq).is_ok() {
+                match self.slot_epoch(seq).await? {
+                    Some(found_epoch) if found_epoch > epoch => {
+                        warn!(
+                            seq,
+                            epoch, found_epoch, "a later writer wrote a slot we were filling past"
+                        );
+                        return Err(LogError::EpochTaken(epoch));
+                    }
+                    Some(_) => continue,
+                    None => {}
+                }
             }
             let filler = LogRecord::new(vec![]);
             match self
@@ -732,12 +746,15 @@ impl LogStore {
         Ok(last_dead + 1)
     }
 
-    /// Whether slot `seq` is an existing, empty (pre-warmed, unwritten) object.
-    async fn is_empty_slot(&self, seq: u64) -> Result<bool, LogError> {
+    /// The epoch of the record in slot `seq`; `None` when the slot is missing or an empty
+    /// (pre-warmed, unwritten) object. An undecodable record counts as epoch 0, as in
+    /// [`Self::check_no_later_writer`].
+    async fn slot_epoch(&self, seq: u64) -> Result<Option<u64>, LogError> {
         Ok(self
             .get(&keys::meta_log(seq))
             .await?
-            .is_some_and(|bytes| bytes.is_empty()))
+            .filter(|bytes| !bytes.is_empty())
+            .map(|bytes| decode_envelope(&bytes).map_or(0, |envelope| envelope.epoch)))
     }
 
     /// Fails with [`LogError::EpochTaken`] if a slot past our `NewEpoch` holds a later epoch:

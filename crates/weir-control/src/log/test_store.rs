@@ -1,6 +1,6 @@
 //! A store wrapper for deterministic tests of the log: it can hold one create-only PUT on the
 //! wire until the test releases it (a stalled writer), let another writer's bytes land just
-//! before our PUT of a key (a race), answer create-only PUTs with a phantom `AlreadyExists` (S3's
+//! before our PUT of a key (a race), let another writer's bytes land at one key just before our PUT of another, answer create-only PUTs with a phantom `AlreadyExists` (S3's
 //! `409 ConditionalRequestConflict`), fail the deletes of chosen keys and the next few listings, and it records GETs and listings (what recovery reads); and helpers that write slots and snapshots directly.
 
 use std::collections::BTreeMap;
@@ -54,6 +54,9 @@ pub(crate) struct HoldStore {
     hold: Mutex<Option<Hold>>,
     /// Another writer's bytes that land just before our PUT of that key.
     race: Mutex<Option<(Path, Bytes)>>,
+    /// `(trigger, key, bytes)`: another writer's bytes that land at `key` just before our PUT
+    /// of `trigger` (a later writer acting while we work on another slot).
+    race_elsewhere: Mutex<Option<(Path, Path, Bytes)>>,
     /// Create-only PUTs of a key answered `AlreadyExists` without writing, this many times.
     phantom: Mutex<BTreeMap<Path, u32>>,
     /// PUTs under this prefix fail (a store that refuses snapshot chunks).
@@ -81,6 +84,7 @@ impl HoldStore {
             inner,
             hold: Mutex::new(None),
             race: Mutex::new(race),
+            race_elsewhere: Mutex::new(None),
             phantom: Mutex::new(BTreeMap::new()),
             fail_puts: Mutex::new(None),
             failing_deletes: Mutex::new(Vec::new()),
@@ -88,6 +92,11 @@ impl HoldStore {
             gets: Mutex::new(Vec::new()),
             lists: Mutex::new(Vec::new()),
         }
+    }
+
+    /// `bytes` land at `key` just before our next PUT of `trigger`.
+    pub(crate) fn race_elsewhere(&self, trigger: Path, key: Path, bytes: Bytes) {
+        *self.race_elsewhere.lock().unwrap() = Some((trigger, key, bytes));
     }
 
     /// Lets another writer's `bytes` land at `key` just before our next PUT of it.
@@ -200,6 +209,16 @@ impl ObjectStore for HoldStore {
                     });
                 }
             }
+        }
+        let elsewhere = {
+            let mut race = self.race_elsewhere.lock().unwrap();
+            match race.as_ref() {
+                Some((trigger, _, _)) if trigger == location => race.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, key, bytes)) = elsewhere {
+            self.inner.put(&key, PutPayload::from(bytes)).await?;
         }
         let raced = {
             let mut race = self.race.lock().unwrap();

@@ -191,6 +191,33 @@ async fn test_log_slot_lost_while_filling_holes() {
     }
 }
 
+/// An empty pre-warmed object that recovery listed among a deposed writer's slots may hold a
+/// later writer's record by the time recovery gets to it (that writer's replay passed our
+/// fillers and took the object over for its `NewEpoch`): recovery is overtaken and must fail,
+/// not skip the record as dead and serve as a deposed writer. weir-sim found this with slots
+/// read concurrently (seeds 583 and 874: an acknowledged slot lost).
+#[tokio::test]
+async fn test_log_a_listed_empty_slot_a_later_writer_filled_overtakes_recovery() {
+    let inner = Arc::new(InMemory::new());
+    let setup = LogStore::new(inner.clone(), 1);
+    assert_eq!(setup.recover("old", "cluster").await.unwrap().epoch, 1);
+    // The epoch-1 writer pre-warmed slot 3 and never wrote it; slots 1 and 2 never landed.
+    inner
+        .put(&keys::meta_log(3), PutPayload::default())
+        .await
+        .unwrap();
+    let race = Arc::new(RaceStore::new(inner.clone(), None));
+    // While the epoch-2 writer fills hole 2, an epoch-3 writer writes into slot 3.
+    race.race_elsewhere(
+        keys::meta_log(2),
+        keys::meta_log(3),
+        record_bytes(3, 3, vec![]),
+    );
+    let log = LogStore::new(race.clone() as Arc<dyn ObjectStore>, 1);
+    let err = log.recover("new", "cluster").await.unwrap_err();
+    assert!(matches!(err, LogError::EpochTaken(2)), "{err:?}");
+}
+
 /// Replay starts from the newest snapshot: the log slots it covers are not read at all (they
 /// are deleted here), and the state is still complete.
 #[tokio::test]
