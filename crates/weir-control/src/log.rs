@@ -706,9 +706,9 @@ impl LogStore {
             last_dead, "found dead slots of a deposed writer, filling holes"
         );
         for seq in gap + 1..=last_dead {
-            // Existing records stay (dead to replay); empty pre-warmed objects are holes. Read
-            // again now, not trusted from the listing: a later writer whose replay passed our
-            // fillers may have written its `NewEpoch` into an object that was empty then, and
+            // Existing records stay (dead to replay); empty pre-warmed objects are holes. A
+            // record is judged by its epoch: a later writer whose replay passed our fillers may
+            // have written its `NewEpoch` into an object that was empty at the listing, and
             // skipping that record as dead would let us serve as a deposed writer (weir-sim
             // seeds 583 and 874 with slots read concurrently: an acknowledged slot lost).
             if existing.binary_search(&seq).is_ok() {
@@ -747,14 +747,18 @@ impl LogStore {
     }
 
     /// The epoch of the record in slot `seq`; `None` when the slot is missing or an empty
-    /// (pre-warmed, unwritten) object. An undecodable record counts as epoch 0, as in
-    /// [`Self::check_no_later_writer`].
+    /// (pre-warmed, unwritten) object. A record this build cannot decode (another envelope
+    /// version, a torn write) is an error, not a dead slot: it may be a later writer's.
     async fn slot_epoch(&self, seq: u64) -> Result<Option<u64>, LogError> {
-        Ok(self
-            .get(&keys::meta_log(seq))
-            .await?
-            .filter(|bytes| !bytes.is_empty())
-            .map(|bytes| decode_envelope(&bytes).map_or(0, |envelope| envelope.epoch)))
+        let key = keys::meta_log(seq);
+        let Some(bytes) = self.get(&key).await?.filter(|bytes| !bytes.is_empty()) else {
+            return Ok(None);
+        };
+        let envelope = decode_envelope(&bytes).map_err(|err| LogError::CorruptSlot {
+            key: key.to_string(),
+            reason: err.to_string(),
+        })?;
+        Ok(Some(envelope.epoch))
     }
 
     /// Fails with [`LogError::EpochTaken`] if a slot past our `NewEpoch` holds a later epoch:
@@ -766,10 +770,9 @@ impl LogStore {
     /// are the few dead slots at most.
     async fn check_no_later_writer(&self, existing: &[u64], epoch: u64) -> Result<(), LogError> {
         for seq in existing {
-            let Some(bytes) = self.get(&keys::meta_log(*seq)).await? else {
+            let Some(found_epoch) = self.slot_epoch(*seq).await? else {
                 continue;
             };
-            let found_epoch = decode_envelope(&bytes).map(|env| env.epoch).unwrap_or(0);
             if found_epoch > epoch {
                 warn!(
                     seq,

@@ -1,7 +1,9 @@
-//! A store wrapper for deterministic tests of the log: it can hold one create-only PUT on the
-//! wire until the test releases it (a stalled writer), let another writer's bytes land just
-//! before our PUT of a key (a race), let another writer's bytes land at one key just before our PUT of another, answer create-only PUTs with a phantom `AlreadyExists` (S3's
-//! `409 ConditionalRequestConflict`), fail the deletes of chosen keys and the next few listings, and it records GETs and listings (what recovery reads); and helpers that write slots and snapshots directly.
+//! A store wrapper for deterministic tests of the log. It can hold one create-only PUT on the
+//! wire until the test releases it (a stalled writer); let another writer's bytes land just
+//! before our PUT of a key (a race), or at another key just after our PUT of one lands; answer
+//! create-only PUTs with a phantom `AlreadyExists` (S3's `409 ConditionalRequestConflict`); fail
+//! the deletes of chosen keys and the next few listings; and it records GETs and listings (what
+//! recovery reads). Also helpers that write slots and snapshots directly.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -54,8 +56,8 @@ pub(crate) struct HoldStore {
     hold: Mutex<Option<Hold>>,
     /// Another writer's bytes that land just before our PUT of that key.
     race: Mutex<Option<(Path, Bytes)>>,
-    /// `(trigger, key, bytes)`: another writer's bytes that land at `key` just before our PUT
-    /// of `trigger` (a later writer acting while we work on another slot).
+    /// `(trigger, key, bytes)`: another writer's bytes that land at `key` just after our PUT
+    /// of `trigger` lands (a later writer acting on what it read of ours).
     race_elsewhere: Mutex<Option<(Path, Path, Bytes)>>,
     /// Create-only PUTs of a key answered `AlreadyExists` without writing, this many times.
     phantom: Mutex<BTreeMap<Path, u32>>,
@@ -94,7 +96,7 @@ impl HoldStore {
         }
     }
 
-    /// `bytes` land at `key` just before our next PUT of `trigger`.
+    /// `bytes` land at `key` just after our next PUT of `trigger` lands.
     pub(crate) fn race_elsewhere(&self, trigger: Path, key: Path, bytes: Bytes) {
         *self.race_elsewhere.lock().unwrap() = Some((trigger, key, bytes));
     }
@@ -210,16 +212,6 @@ impl ObjectStore for HoldStore {
                 }
             }
         }
-        let elsewhere = {
-            let mut race = self.race_elsewhere.lock().unwrap();
-            match race.as_ref() {
-                Some((trigger, _, _)) if trigger == location => race.take(),
-                _ => None,
-            }
-        };
-        if let Some((_, key, bytes)) = elsewhere {
-            self.inner.put(&key, PutPayload::from(bytes)).await?;
-        }
         let raced = {
             let mut race = self.race.lock().unwrap();
             match race.as_ref() {
@@ -230,7 +222,18 @@ impl ObjectStore for HoldStore {
         if let Some((key, bytes)) = raced {
             self.inner.put(&key, PutPayload::from(bytes)).await?;
         }
-        self.inner.put_opts(location, payload, opts).await
+        let written = self.inner.put_opts(location, payload, opts).await?;
+        let elsewhere = {
+            let mut race = self.race_elsewhere.lock().unwrap();
+            match race.as_ref() {
+                Some((trigger, _, _)) if trigger == location => race.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, key, bytes)) = elsewhere {
+            self.inner.put(&key, PutPayload::from(bytes)).await?;
+        }
+        Ok(written)
     }
 
     async fn put_multipart_opts(

@@ -207,7 +207,8 @@ async fn test_log_a_listed_empty_slot_a_later_writer_filled_overtakes_recovery()
         .await
         .unwrap();
     let race = Arc::new(RaceStore::new(inner.clone(), None));
-    // While the epoch-2 writer fills hole 2, an epoch-3 writer writes into slot 3.
+    // Once the epoch-2 writer's filler of hole 2 lands, an epoch-3 writer whose replay passed
+    // it (and stopped at the empty slot 3) writes its record into slot 3.
     race.race_elsewhere(
         keys::meta_log(2),
         keys::meta_log(3),

@@ -1,5 +1,5 @@
 //! A member's part in the agent registry (RFC 0002 §5): it registers itself through the leader,
-//! followers heartbeat to the leader (from the follower's tick), and the leader fences agents it
+//! followers heartbeat to the leader (from a loop of their own), and the leader fences agents it
 //! has not heard from for `cluster.agent_timeout`.
 //!
 //! Heartbeats live in the leader's memory only; a new leader counts every agent as heard when
