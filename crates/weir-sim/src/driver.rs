@@ -159,7 +159,12 @@ impl Incarnation {
 
 /// Two overlapping recoveries: the first agent sees the metadata bucket slowly while it opens,
 /// so the second, started once the first has claimed its epoch, claims a later one and writes
-/// its `NewEpoch` before the first one's replay reaches the end of the log. Once the second has
+/// its `NewEpoch` before the first one's replay reaches the end of the log. In the other variant
+/// (an odd first agent, on a log with pre-warmed slot objects) the second starts once the first,
+/// filling the holes the stopped writer
+/// left, reads a slot it listed a second time: the second's replay passes the first's `NewEpoch`
+/// and fillers and its own `NewEpoch` lands in the empty pre-warmed object the first is about to
+/// judge (RFC 0004 point 4; the bug 9599043 fixed). Once the second has
 /// opened the first runs at normal speed; once the first has opened, every other agent stops
 /// (a rolling restart that started the new agent before stopping the old ones), so clients move
 /// to the first: if it served from an overtaken claim, what it acknowledges is lost.
@@ -169,6 +174,8 @@ struct Overlap {
     first_faults: Arc<BucketFaults>,
     /// When the second agent starts (`None` once it has).
     second_at: Option<tokio::time::Instant>,
+    /// The second starts once the first reads a slot it listed a second time, not at a time.
+    at_fill: bool,
     second: Option<u32>,
 }
 

@@ -1,5 +1,7 @@
 //! A paused log write: one incarnation's metadata store, wrapped so that one create-only PUT of
-//! a log slot waits before it is sent until the driver releases it.
+//! a log slot waits before it is sent until the driver releases it. It also tells the driver
+//! when a recovery, filling a deposed writer's holes, reaches a slot it listed (the moment the
+//! second of two overlapping recoveries starts in one of their variants).
 //!
 //! It sits above the storage layer (its deadlines and retries), so it models a process paused
 //! between sealing a slot and sending its PUT (a GC pause, a frozen VM), or a request that
@@ -30,6 +32,11 @@ pub(crate) struct HoldSwitch {
     /// The slot whose PUT is held, once one was.
     caught: Mutex<Option<u64>>,
     released: watch::Sender<bool>,
+    /// Log slots read since the incarnation listed the log past a slot (a recovery filling a
+    /// deposed writer's holes lists, reads each listed slot, then reads each again as it gets
+    /// to it), and whether one was read a second time: the recovery is filling.
+    filling: Mutex<Option<std::collections::HashSet<u64>>>,
+    probing: AtomicBool,
 }
 
 impl Default for HoldSwitch {
@@ -38,6 +45,8 @@ impl Default for HoldSwitch {
             armed: AtomicBool::new(false),
             caught: Mutex::new(None),
             released: watch::channel(false).0,
+            filling: Mutex::new(None),
+            probing: AtomicBool::new(false),
         }
     }
 }
@@ -61,6 +70,28 @@ impl HoldSwitch {
     /// Lets the held PUT go out.
     pub(crate) fn release(&self) {
         self.released.send_replace(true);
+    }
+
+    /// Whether the incarnation read a log slot a second time since it listed the log past a
+    /// slot: a recovery reaching a listed slot as it fills holes.
+    pub(crate) fn probing(&self) -> bool {
+        self.probing.load(Ordering::SeqCst)
+    }
+
+    fn listed_log(&self) {
+        *self.filling.lock().unwrap_or_else(|e| e.into_inner()) = Some(Default::default());
+    }
+
+    fn read_slot(&self, location: &Path) {
+        let Some(seq) = keys::parse_meta_log(location) else {
+            return;
+        };
+        let mut filling = self.filling.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(read) = filling.as_mut() {
+            if !read.insert(seq) {
+                self.probing.store(true, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Takes the PUT of `location` if armed and it is a create-only log slot write.
@@ -127,6 +158,7 @@ impl ObjectStore for SlotHold {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        self.switch.read_slot(location);
         self.inner.get_opts(location, options).await
     }
 
@@ -154,6 +186,9 @@ impl ObjectStore for SlotHold {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        if prefix == Some(&keys::meta_log_prefix()) {
+            self.switch.listed_log();
+        }
         self.inner.list_with_offset(prefix, offset)
     }
 

@@ -213,23 +213,40 @@ impl World {
         let first = self.start_open_with(faults.clone());
         self.event(&format!("overlapping recoveries: {first} opens slowly"));
         let claimed = Duration::from_millis(2 * OVERLAP_SLOW_MS + 150);
+        // The fill variant where a stopped writer leaves empty pre-warmed objects to judge, on
+        // every other agent: from the agent's number rather than a draw, so the seeds' schedules
+        // stay.
+        let prewarmed = self
+            .scenario
+            .log_append
+            .is_some_and(|append| append.prewarmed_slots > 0);
+        let at_fill = prewarmed && first % 2 == 1;
         self.overlap = Some(Overlap {
             first,
             first_faults: faults,
             second_at: Some(tokio::time::Instant::now() + claimed),
+            at_fill,
             second: None,
         });
     }
 
     pub(super) fn overlap_second(&mut self) {
-        let due = self
-            .overlap
-            .as_ref()
-            .and_then(|overlap| overlap.second_at)
-            .is_some_and(|at| tokio::time::Instant::now() >= at);
+        let due = self.overlap.as_ref().is_some_and(|overlap| {
+            overlap.second_at.is_some_and(|at| {
+                if overlap.at_fill {
+                    self.log_holds[overlap.first as usize].probing()
+                } else {
+                    tokio::time::Instant::now() >= at
+                }
+            })
+        });
         if due {
             let second = self.start_open();
-            self.event(&format!("overlapping recoveries: {second} opens"));
+            let when = match self.overlap.as_ref().is_some_and(|overlap| overlap.at_fill) {
+                true => " while the first fills holes",
+                false => "",
+            };
+            self.event(&format!("overlapping recoveries: {second} opens{when}"));
             if let Some(overlap) = &mut self.overlap {
                 overlap.second_at = None;
                 overlap.second = Some(second);
