@@ -263,7 +263,8 @@ impl LogStore {
 
     /// Writes slot `seq` create-only. An `AlreadyExists` holding our exact bytes (an earlier
     /// attempt that succeeded after reporting failure) counts as success; other bytes mean
-    /// another writer took the slot ([`LogError::SlotLost`]).
+    /// another writer took the slot ([`LogError::SlotLost`]), or [`LogError::CorruptSlot`] when
+    /// this build cannot decode them.
     ///
     /// With a pre-warmed object for `seq` the write is one append + flush into it; if that
     /// fails (fenced, or an answer lost), the create-only path below reads what the slot holds.
@@ -285,11 +286,19 @@ impl LogStore {
         match self.create(&key, bytes.clone()).await? {
             None => Ok(()),
             Some(existing) if existing == bytes => Ok(()),
-            Some(existing) => Err(LogError::SlotLost {
-                seq,
-                found_epoch: decode_envelope(&existing).map(|env| env.epoch).unwrap_or(0),
-                our_epoch: epoch,
-            }),
+            // A record this build cannot decode may be a later writer's in a newer format: an
+            // error, never a lower epoch (hole filling would skip it as dead and serve).
+            Some(existing) => match decode_envelope(&existing) {
+                Ok(envelope) => Err(LogError::SlotLost {
+                    seq,
+                    found_epoch: envelope.epoch,
+                    our_epoch: epoch,
+                }),
+                Err(err) => Err(LogError::CorruptSlot {
+                    key: key.to_string(),
+                    reason: err.to_string(),
+                }),
+            },
         }
     }
 

@@ -191,6 +191,27 @@ async fn test_log_slot_lost_while_filling_holes() {
     }
 }
 
+/// A hole recovery fills is taken meanwhile by bytes this build cannot decode (perhaps a later
+/// writer's record in a newer format): recovery fails, instead of reading them as epoch 0, a
+/// deposed writer's dead slot, and serving past them.
+#[tokio::test]
+async fn test_log_an_undecodable_record_in_a_hole_being_filled_fails_recovery() {
+    let inner = Arc::new(InMemory::new());
+    let setup = LogStore::new(inner.clone(), 1);
+    assert_eq!(setup.recover("old", "cluster").await.unwrap().epoch, 1);
+    setup
+        .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
+        .await
+        .unwrap();
+    let race = RaceStore::new(
+        inner.clone(),
+        Some((keys::meta_log(2), Bytes::from_static(b"a newer format"))),
+    );
+    let log = LogStore::new(Arc::new(race), 1);
+    let err = log.recover("new", "cluster").await.unwrap_err();
+    assert!(matches!(err, LogError::CorruptSlot { .. }), "{err:?}");
+}
+
 /// An empty pre-warmed object that recovery listed among a deposed writer's slots may hold a
 /// later writer's record by the time recovery gets to it (that writer's replay passed our
 /// fillers and took the object over for its `NewEpoch`): recovery is overtaken and must fail,
