@@ -337,3 +337,28 @@ def metadata_brokers(addr: str, timeout: float = 15.0) -> set:
             r.i32()  # port
             r.string()  # rack
         return nodes
+
+
+def metadata_leaders(addr: str, topic: str, client_id: str, timeout: float = 15.0) -> dict:
+    """Partition -> leader id for `topic`, as a Metadata v1 request sent to `addr` itself
+    under `client_id` answers: for placement that depends on which agent answers (a client
+    that names no zone gets the answering agent's), where a client library may ask any."""
+    body = i32(1) + string(topic)
+    with connect(addr, timeout) as sock:
+        r = roundtrip(sock, request(3, 1, 11, body, client_id=client_id), 11)
+        for _ in range(r.i32()):  # brokers
+            r.i32(); r.string(); r.i32(); r.string()  # noqa: E702
+        r.i32()  # controller id
+        leaders = {}
+        for _ in range(r.i32()):
+            error, name = r.i16(), r.string()
+            r.take(1)  # is_internal
+            assert error == 0, f"metadata for {name}: error {error}"
+            for _ in range(r.i32()):
+                p_error, p, leader = r.i16(), r.i32(), r.i32()
+                assert p_error == 0, f"metadata for {name}/{p}: error {p_error}"
+                r.take(4 * r.i32())  # replicas
+                r.take(4 * r.i32())  # isr
+                if name == topic:
+                    leaders[p] = leader
+        return leaders
