@@ -154,7 +154,7 @@ pub enum Role {
 impl Default for ControlPlaneSettings {
     fn default() -> Self {
         Self {
-            max_inflight_writes: 4,
+            max_inflight_writes: 8,
             max_entries_per_slot: 4096,
             snapshot_every_slots: 10_000,
             snapshot_max_log_bytes: 256 << 20,

@@ -183,7 +183,7 @@ impl Scenario {
                     ack_deadline: SIM_ACK_DEADLINE,
                 }
             },
-            log_inflight: rng.usize(1..=4),
+            log_inflight: rng.usize(1..=8),
             snapshot_every: rng.u64(3..=40),
             kinds,
             p_crash: 0.004 * scale,
