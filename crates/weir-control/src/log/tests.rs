@@ -159,21 +159,26 @@ async fn test_log_recover_fails_when_a_higher_epoch_wins_the_new_epoch_slot() {
     assert_eq!((again.epoch, again.next_seq), (3, 2));
 }
 
+/// A log whose epoch-1 writer was deposed after its `NewEpoch` (slot 0) leaving slot 3 (a
+/// topic `dead`); slots 1 and 2 never landed.
+async fn deposed_writer_left_slot_3() -> Arc<InMemory> {
+    let inner = Arc::new(InMemory::new());
+    let setup = LogStore::new(inner.clone(), 1);
+    assert_eq!(setup.recover("old", "cluster").await.unwrap().epoch, 1);
+    setup
+        .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
+        .await
+        .unwrap();
+    inner
+}
+
 /// While recovery fills holes among a deposed writer's dead slots, a slot it fills is taken:
 /// by the deposed writer (a late write, harmless) it carries on; by a later epoch it has been
 /// overtaken and must fail instead of serving.
 #[tokio::test]
 async fn test_log_slot_lost_while_filling_holes() {
     for (found_epoch, overtaken) in [(1u64, false), (3, true)] {
-        let inner = Arc::new(InMemory::new());
-        let setup = LogStore::new(inner.clone(), 1);
-        let first = setup.recover("old", "cluster").await.unwrap();
-        assert_eq!(first.epoch, 1);
-        // The deposed epoch-1 writer left slot 3 (slots 1 and 2 never landed).
-        setup
-            .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
-            .await
-            .unwrap();
+        let inner = deposed_writer_left_slot_3().await;
         let race = RaceStore::new(
             inner.clone(),
             Some((keys::meta_log(2), record_bytes(found_epoch, 2, vec![]))),
@@ -196,13 +201,7 @@ async fn test_log_slot_lost_while_filling_holes() {
 /// deposed writer's dead slot, and serving past them.
 #[tokio::test]
 async fn test_log_an_undecodable_record_in_a_hole_being_filled_fails_recovery() {
-    let inner = Arc::new(InMemory::new());
-    let setup = LogStore::new(inner.clone(), 1);
-    assert_eq!(setup.recover("old", "cluster").await.unwrap().epoch, 1);
-    setup
-        .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
-        .await
-        .unwrap();
+    let inner = deposed_writer_left_slot_3().await;
     let race = RaceStore::new(
         inner.clone(),
         Some((keys::meta_log(2), Bytes::from_static(b"a newer format"))),
@@ -462,14 +461,7 @@ async fn test_log_write_slot_conflict_on_an_absent_slot_is_not_slot_lost() {
 /// recovery.
 #[tokio::test]
 async fn test_log_fill_retries_a_conflict_on_an_absent_hole() {
-    let inner = Arc::new(InMemory::new());
-    let setup = LogStore::new(inner.clone(), 1);
-    assert_eq!(setup.recover("old", "cluster").await.unwrap().epoch, 1);
-    // The deposed epoch-1 writer left slot 3 (slots 1 and 2 never landed).
-    setup
-        .write_slot(3, 1, record_bytes(1, 3, vec![create("dead", 3)]))
-        .await
-        .unwrap();
+    let inner = deposed_writer_left_slot_3().await;
     let race = RaceStore::new(inner.clone(), None).phantom_conflicts(keys::meta_log(2), 1);
     let log = LogStore::new(Arc::new(race), 2);
     let recovered = log.recover("new", "cluster").await.unwrap();
