@@ -286,19 +286,12 @@ impl LogStore {
         match self.create(&key, bytes.clone()).await? {
             None => Ok(()),
             Some(existing) if existing == bytes => Ok(()),
-            // A record this build cannot decode may be a later writer's in a newer format: an
-            // error, never a lower epoch (hole filling would skip it as dead and serve).
-            Some(existing) => match decode_envelope(&existing) {
-                Ok(envelope) => Err(LogError::SlotLost {
-                    seq,
-                    found_epoch: envelope.epoch,
-                    our_epoch: epoch,
-                }),
-                Err(err) => Err(LogError::CorruptSlot {
-                    key: key.to_string(),
-                    reason: err.to_string(),
-                }),
-            },
+            // An undecodable record is an error, never a lower epoch (see `record_epoch`).
+            Some(existing) => Err(LogError::SlotLost {
+                seq,
+                found_epoch: record_epoch(&key, &existing)?,
+                our_epoch: epoch,
+            }),
         }
     }
 
@@ -763,11 +756,7 @@ impl LogStore {
         let Some(bytes) = self.get(&key).await?.filter(|bytes| !bytes.is_empty()) else {
             return Ok(None);
         };
-        let envelope = decode_envelope(&bytes).map_err(|err| LogError::CorruptSlot {
-            key: key.to_string(),
-            reason: err.to_string(),
-        })?;
-        Ok(Some(envelope.epoch))
+        record_epoch(&key, &bytes).map(Some)
     }
 
     /// Fails with [`LogError::EpochTaken`] if a slot past our `NewEpoch` holds a later epoch:
@@ -814,6 +803,18 @@ pub(crate) async fn get_optional(
             source,
         }),
     }
+}
+
+/// The epoch of the log record `bytes` read from `key`. A record this build cannot decode
+/// (another envelope version, a torn write) is [`LogError::CorruptSlot`], never a lower epoch:
+/// it may be a later writer's, and hole filling would skip it as dead and serve.
+fn record_epoch(key: &Path, bytes: &[u8]) -> Result<u64, LogError> {
+    decode_envelope(bytes)
+        .map(|envelope| envelope.epoch)
+        .map_err(|err| LogError::CorruptSlot {
+            key: key.to_string(),
+            reason: err.to_string(),
+        })
 }
 
 #[cfg(test)]
