@@ -66,6 +66,18 @@ async fn harness_with(
     settings: ProduceSettings,
     control_store: Arc<dyn ObjectStore>,
 ) -> Harness {
+    harness_over(profiles, quorum, settings, control_store, false).await
+}
+
+/// As [`harness_with`]; `contiguous` as the agent sets it for in-process buckets
+/// (`QuorumWriter::with_contiguous_payloads`).
+async fn harness_over(
+    profiles: Vec<LatencyProfile>,
+    quorum: usize,
+    settings: ProduceSettings,
+    control_store: Arc<dyn ObjectStore>,
+    contiguous: bool,
+) -> Harness {
     let buckets: Vec<Bucket> = profiles
         .into_iter()
         .enumerate()
@@ -80,7 +92,11 @@ async fn harness_with(
         .iter()
         .map(|bucket| bucket.model.clone() as Arc<dyn ObjectStore>)
         .collect();
-    let writer = Arc::new(QuorumWriter::new(stores, quorum).unwrap());
+    let writer = Arc::new(
+        QuorumWriter::new(stores, quorum)
+            .unwrap()
+            .with_contiguous_payloads(contiguous),
+    );
     let control = ControlPlane::open(control_store, ControlPlaneSettings::default(), 7)
         .await
         .unwrap();
@@ -863,11 +879,30 @@ async fn test_pipeline_idempotent_retry_after_failure_no_duplicates() {
 /// index records, also when one file interleaves tickets of several partitions.
 #[tokio::test(start_paused = true)]
 async fn test_pipeline_write_through_cache_holds_fresh_batches() {
+    write_through_holds_fresh_batches(false).await;
+}
+
+/// As above with payloads joined for in-process buckets: the uploader copies the file into one
+/// buffer, which the bucket keeps as it is and the cache's batches are slices of.
+#[tokio::test(start_paused = true)]
+async fn test_pipeline_write_through_cache_shares_the_in_process_buckets_buffer() {
+    write_through_holds_fresh_batches(true).await;
+}
+
+async fn write_through_holds_fresh_batches(contiguous: bool) {
     let settings = ProduceSettings {
         flush_interval: Duration::from_millis(50),
         ..ProduceSettings::default()
     };
-    let h = harness(vec![LatencyProfile::local()], 1, settings).await;
+    let control_store = Arc::new(InMemory::new());
+    let h = harness_over(
+        vec![LatencyProfile::local()],
+        1,
+        settings,
+        control_store,
+        contiguous,
+    )
+    .await;
     let topic = h
         .control
         .create_topic("cached", 2, BTreeMap::new(), 1)
@@ -910,6 +945,11 @@ async fn test_pipeline_write_through_cache_holds_fresh_batches() {
             );
             let stored = h.buckets[0].raw.get_range(&key, range).await.unwrap();
             assert_eq!(cached, stored, "cache and bucket agree");
+            assert_eq!(
+                cached.as_ptr() == stored.as_ptr(),
+                contiguous,
+                "the cache shares the bucket's buffer exactly when payloads are contiguous"
+            );
         }
     }
     assert_eq!(h.cache.stats().hits, 4);

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use object_store::path::Path;
 use object_store::PutPayload;
 use tracing::warn;
@@ -63,17 +63,11 @@ pub(crate) async fn upload(
     let mut backoff = Backoff::new(Duration::from_millis(25), Duration::from_secs(1));
     let mut rng = fastrand::Rng::with_seed(seq);
     let mut attempt = 0;
-    // One copy of each part: batches are slices of request frames, and what outlives the
-    // request (writes past the quorum to slow buckets, the read cache) would otherwise keep whole
-    // frames alive while charged only for the slices. The PUT and the cache share the copies.
-    let parts: Vec<Bytes> = encoded
-        .parts
-        .iter()
-        .map(|part| Bytes::copy_from_slice(part))
-        .collect();
+    let copy = FileCopy::of(encoded, destination.writer.contiguous_payloads());
+    let parts = &copy.parts;
     let (file_id, key, holders) = loop {
         attempt += 1;
-        let (file_id, key, result) = write_once(destination, put_id, &parts).await;
+        let (file_id, key, result) = write_once(destination, put_id, &copy).await;
         match result {
             Ok(holders) => break (file_id, key, holders),
             Err(err) if attempt < attempts.max(1) && err.is_retryable() => {
@@ -102,13 +96,67 @@ pub(crate) async fn upload(
     (file_id, Ok(holders))
 }
 
+/// The uploader's own copy of a sealed file: batches are slices of request frames, and what
+/// outlives the request (writes past the quorum to slow buckets, the read cache) would otherwise
+/// keep whole frames alive while charged only for the slices. The PUT and the cache share it.
+struct FileCopy {
+    /// `[header, batch…, footer+trailer]`, batches in footer order.
+    parts: Vec<Bytes>,
+    /// The whole file in one buffer, `parts` slices of it: for in-process buckets, which keep a
+    /// one-part payload as it is but would join several parts into a buffer of their own. Only
+    /// there: elsewhere a cached batch would keep its whole file alive, charged for the batch
+    /// alone, once the rest of the file has left the cache.
+    whole: Option<Bytes>,
+}
+
+impl FileCopy {
+    fn of(encoded: &EncodedFile, contiguous: bool) -> FileCopy {
+        if !contiguous {
+            let parts = encoded
+                .parts
+                .iter()
+                .map(|part| Bytes::copy_from_slice(part))
+                .collect();
+            return FileCopy { parts, whole: None };
+        }
+        let len = encoded.parts.iter().map(Bytes::len).sum();
+        let mut buffer = BytesMut::with_capacity(len);
+        for part in &encoded.parts {
+            buffer.extend_from_slice(part);
+        }
+        let whole = buffer.freeze();
+        let mut at = 0;
+        let parts = encoded
+            .parts
+            .iter()
+            .map(|part| {
+                at += part.len();
+                whole.slice(at - part.len()..at)
+            })
+            .collect();
+        FileCopy {
+            parts,
+            whole: Some(whole),
+        }
+    }
+
+    /// What a write sends: the whole file as one part where there is one.
+    fn payload_parts(&self) -> &[Bytes] {
+        match &self.whole {
+            Some(whole) => std::slice::from_ref(whole),
+            None => &self.parts,
+        }
+    }
+}
+
 /// One attempt: the file's id and key, and the holders or the error.
 async fn write_once(
     destination: &Destination,
     put_id: FileId,
-    parts: &[Bytes],
+    copy: &FileCopy,
 ) -> (FileId, Path, Result<Vec<usize>, StorageError>) {
     let writer = &destination.writer;
+    let parts = copy.payload_parts();
     match &destination.writes {
         IngestWrites::Put => {
             let key = keys::data_file(keys::Tier::Ingest, &put_id);

@@ -101,6 +101,11 @@ impl QuorumWriter {
         self
     }
 
+    /// Whether payloads of several parts are joined before they fan out (in-process buckets).
+    pub fn contiguous_payloads(&self) -> bool {
+        self.contiguous_payloads
+    }
+
     /// Sets the budget of payload bytes each bucket may have in writes still running after their
     /// put returned. Larger keeps more extra copies through a slow patch of one bucket, at the
     /// cost of up to `bytes` of memory per bucket; 0 abandons every write still running when
