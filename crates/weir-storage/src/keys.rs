@@ -38,7 +38,13 @@ pub use weir_common::Tier;
 /// sweep use, so the layout can change in one place.
 pub fn data_file(tier: Tier, file_id: &weir_common::FileId) -> Path {
     match tier {
-        Tier::Ingest => ingest_file(&file_id.to_string(), file_id.unix_ms()),
+        Tier::Ingest => {
+            // Built as one string and checked, not part by part: fetches name a key per batch.
+            // A file id prints as 26 Crockford characters, so the parse cannot fail.
+            let hour = HourBucket(file_id.unix_ms());
+            Path::parse(format!("ingest/{hour}/{file_id}.{WEIR_EXT}"))
+                .unwrap_or_else(|_| ingest_file(&file_id.to_string(), file_id.unix_ms()))
+        }
         Tier::Regional => compacted_file(&file_id.to_string()),
     }
 }
@@ -197,11 +203,20 @@ pub fn parse_file_id(path: &Path) -> Option<&str> {
 
 /// `yyyy-mm-dd-hh` of the UTC hour containing `unix_ms`.
 fn utc_hour_bucket(unix_ms: i64) -> String {
-    let secs = unix_ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let hour = secs.rem_euclid(86_400) / 3600;
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}-{hour:02}")
+    HourBucket(unix_ms).to_string()
+}
+
+/// Prints as `yyyy-mm-dd-hh`, the UTC hour containing the milliseconds it holds.
+struct HourBucket(i64);
+
+impl std::fmt::Display for HourBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.0.div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let hour = secs.rem_euclid(86_400) / 3600;
+        let (y, m, d) = civil_from_days(days);
+        write!(f, "{y:04}-{m:02}-{d:02}-{hour:02}")
+    }
 }
 
 /// Proleptic Gregorian date of `days` since 1970-01-01 (H. Hinnant's `civil_from_days`).
@@ -238,6 +253,22 @@ mod tests {
             format!("ingest/2025-12-01-00/{id}.weir").as_str()
         );
         assert_eq!(parse_data_file(&key), Some((Tier::Ingest, id)));
+        // The one-string key is the key the part-by-part builder makes, at any time and id.
+        let mut rng = fastrand::Rng::with_seed(7);
+        for unix_ms in [
+            0,
+            1,
+            86_399_999,
+            951_782_400_000,
+            4_102_444_800_000,
+            (1 << 48) - 1,
+        ] {
+            let id = weir_common::FileId::new(unix_ms, &mut rng);
+            assert_eq!(
+                data_file(Tier::Ingest, &id),
+                ingest_file(&id.to_string(), id.unix_ms())
+            );
+        }
         assert_eq!(
             parse_data_file(&Path::from("ingest/x/not-an-id.weir")),
             None
