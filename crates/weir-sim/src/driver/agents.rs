@@ -119,7 +119,9 @@ impl World {
         let read_stores =
             layer(LayerPolicy::default().with_request_timeout(self.scenario.gc.read_timeout));
         let writer = Arc::new(
-            QuorumWriter::new(stores.clone(), self.scenario.quorum).expect("valid quorum"),
+            QuorumWriter::new(stores.clone(), self.scenario.quorum)
+                .expect("valid quorum")
+                .with_contiguous_payloads(self.scenario.contiguous_payloads),
         );
         let reader =
             Arc::new(QuorumWriter::new(read_stores, self.scenario.quorum).expect("valid quorum"));

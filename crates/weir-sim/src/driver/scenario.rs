@@ -28,6 +28,9 @@ pub(super) struct Scenario {
     pub(super) get: OpLatency,
     pub(super) produce: ProduceSettings,
     pub(super) log_inflight: usize,
+    /// The ingest writer joins payloads, as the agent's does over in-process buckets, so the
+    /// uploader copies each file into one buffer the buckets keep and the cache slices.
+    pub(super) contiguous_payloads: bool,
     pub(super) snapshot_every: u64,
     pub(super) kinds: Vec<Kind>,
     /// Per-step fault probabilities.
@@ -184,6 +187,8 @@ impl Scenario {
                 }
             },
             log_inflight: rng.usize(1..=8),
+            // From the draws above, as the others: half the seeds.
+            contiguous_payloads: (put_p50 + clients as u64) % 2 == 0,
             snapshot_every: rng.u64(3..=40),
             kinds,
             p_crash: 0.004 * scale,
