@@ -180,8 +180,9 @@ async fn test_buckets_down_ingest_bucket_does_not_block_the_start() {
     flags.extend(["--down-bucket".to_string(), "1".to_string()]);
     flags.extend(["--storage-error-rate".to_string(), "0".to_string()]);
     // Long enough for a write to the healthy buckets on a loaded machine (200 ms was not, in
-    // a CI dry run), short enough that the down bucket does not hold the start up for long.
-    std::env::set_var("WEIR_STORAGE_REQUEST_TIMEOUT", "1s");
+    // a CI dry run, nor was 1 s: the metadata bucket's startup check took longer while other
+    // tests ran), short enough that the down bucket does not hold the start up for long.
+    std::env::set_var("WEIR_STORAGE_REQUEST_TIMEOUT", "5s");
     let result = verify_with(&flags).await;
     std::env::remove_var("WEIR_STORAGE_REQUEST_TIMEOUT");
     result.unwrap();
