@@ -3,7 +3,8 @@
 //!
 //! The reader never waits for a response before reading the next request, so a connection can
 //! have up to `max_inflight_per_connection` requests in flight (produce pipelining); each request
-//! still takes effect in request order (`order.rs`). Each request holds a charge on the request
+//! still takes effect in request order (`order.rs`). The requests' response futures run in the
+//! writer's task, all of them polled together in one ordered set, not in a task each. Each request holds a charge on the request
 //! memory (`request_memory.rs`) from before its body is read until its response is built.
 //!
 //! Both directions batch system calls: the reader reads the socket through a small per-connection
@@ -14,32 +15,46 @@
 //! per response to a fraction (docs/benchmarks.md §28).
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 use weir_protocol::frame::{read_frame_len, read_frame_rest, FrameError};
 use weir_protocol::response::Frame;
 
 use crate::broker::Broker;
-use crate::dispatch::{dispatch, ConnectionFacts, Dispatched, RESPONSE_ERROR};
+use crate::dispatch::{dispatch, ConnectionFacts, Dispatched, ResponseFuture, RESPONSE_ERROR};
 use crate::order::{Order, Sequencer};
 use crate::request_memory::MemoryCharge;
 
-/// A response slot: `None` when the request gets no response (acks=0). The permit, for fetches,
-/// is released only once the response is written, so a client that never reads its socket holds
-/// at most one fetch response per connection. A fetch response's bytes also stay charged to the
-/// agent-wide response budget until it is written and dropped (`memory.rs`), which bounds what
-/// all such clients together hold.
-type ResponseSlot = (JoinHandle<Option<Frame>>, Option<OwnedSemaphorePermit>);
+/// A request read and dispatched: its response future (run in the request's turn, `None` for
+/// acks=0) and what it holds until its response is written.
+///
+/// The connection's writer polls these futures itself, in one set, rather than spawning a task
+/// per request: when a commit answers many produces at once, the writer wakes once and finds all
+/// their responses built, with no scheduler round trip between them (docs/benchmarks.md §29).
+type ResponseSlot = (ResponseFuture, Held);
+
+/// What a request holds until its response is written: its place among the connection's
+/// requests in flight (`max_inflight_per_connection`), and for a fetch the connection's one fetch
+/// permit, so a client that never reads its socket holds at most one fetch response per
+/// connection. A fetch response's bytes also stay charged to the agent-wide response budget until
+/// it is written and dropped (`memory.rs`), which bounds what all such clients together hold.
+struct Held {
+    _inflight: OwnedSemaphorePermit,
+    _fetch: Option<OwnedSemaphorePermit>,
+}
 
 const PRODUCE_API_KEY: i16 = 0;
 const FETCH_API_KEY: i16 = 1;
@@ -54,50 +69,53 @@ pub(crate) async fn serve(
     let (reader, mut writer) = stream.into_split();
     let reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
     let idle = broker.settings.connections_max_idle;
-    let (slots_tx, mut slots_rx) =
-        mpsc::channel::<ResponseSlot>(broker.settings.max_inflight_per_connection.max(1));
-    let reading = tokio::spawn(read_requests(broker, reader, peer, slots_tx, shutdown));
+    // The reader takes a permit per request before reading it, so at most this many requests are
+    // read and not yet answered; the channel itself needs no bound.
+    let inflight = Arc::new(Semaphore::new(
+        broker.settings.max_inflight_per_connection.max(1),
+    ));
+    let (slots_tx, mut slots_rx) = mpsc::unbounded_channel::<ResponseSlot>();
+    let reading = tokio::spawn(read_requests(
+        broker, reader, peer, slots_tx, inflight, shutdown,
+    ));
+    let mut in_flight = FuturesOrdered::new();
+    let mut reading_open = true;
     let mut ready = Responses::default();
-    let mut next: Option<ResponseSlot> = None;
     'connection: loop {
-        // Wait for the oldest response, then take every later one that is already built, so
-        // that responses finished together (a commit answers many produces at once) go out in
-        // one write.
-        let first = match next.take() {
-            Some(slot) => Some(slot),
-            None => slots_rx.recv().await,
+        // Wait for the oldest response while taking in the requests read meanwhile (their
+        // futures run in the set from then on, in their turns).
+        let oldest = loop {
+            tokio::select! {
+                biased;
+                Some(answered) = in_flight.next(), if !in_flight.is_empty() => break answered,
+                slot = slots_rx.recv(), if reading_open => match slot {
+                    Some(slot) => in_flight.push_back(answer(slot)),
+                    None => reading_open = false,
+                },
+                else => break 'connection,
+            }
         };
-        let Some(mut slot) = first else {
-            break;
-        };
-        let mut yields = 0;
+        // Then take every later response that is already built, so that responses finished
+        // together go out in one write.
+        let mut answered = oldest;
         loop {
-            let (handle, fetch_permit) = slot;
-            match handle.await {
-                Ok(response) => ready.push(response, fetch_permit),
-                Err(err) => {
-                    warn!(%peer, error = %err, "request handler failed, closing connection");
+            match answered {
+                (Ok(response), held) => ready.push(response, Some(held)),
+                (Err(_), _) => {
+                    warn!(%peer, "request handler panicked, closing connection");
                     break 'connection;
                 }
             }
             if ready.is_full() {
                 break;
             }
-            let Ok(later) = slots_rx.try_recv() else {
-                break;
-            };
-            if !later.0.is_finished() && yields < MAX_YIELDS {
-                // Responses finished together complete one after another (each request's turn
-                // ends after the one before it), and this task's wake-up tends to run first: let
-                // the others run before deciding what the write takes.
-                yields += 1;
-                tokio::task::yield_now().await;
+            while let Ok(slot) = slots_rx.try_recv() {
+                in_flight.push_back(answer(slot));
             }
-            if !later.0.is_finished() {
-                next = Some(later);
-                break;
+            match in_flight.next().now_or_never() {
+                Some(Some(next)) => answered = next,
+                _ => break,
             }
-            slot = later;
         }
         match ready.write(&mut writer, idle).await {
             Ok(()) => {}
@@ -117,6 +135,16 @@ pub(crate) async fn serve(
     debug!(%peer, "connection closed");
 }
 
+/// A request's response future, with a handler's panic caught (the connection closes on it, as
+/// a spawned task's failure would) and what the request holds passed through to the write.
+fn answer(
+    (response, held): ResponseSlot,
+) -> impl Future<Output = (std::thread::Result<Option<Frame>>, Held)> {
+    AssertUnwindSafe(response)
+        .catch_unwind()
+        .map(move |response| (response, held))
+}
+
 /// Bytes read from a connection's socket at a time: a client that pipelines small requests
 /// (librdkafka sends one Produce per partition) has several read per system call. Allocated
 /// once per connection; a frame larger than this is read straight into its own buffer.
@@ -124,12 +152,6 @@ const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Responses at most written in one system call.
 const MAX_COALESCED: usize = 64;
-
-/// Times a write waits for the scheduler to finish the next response before going without it.
-/// Each wait costs the responses already taken the time the scheduler needs to come back (0.3
-/// to 0.7 ms at 48.8 MiB/s on one busy core) and saves a system call per response
-/// (docs/benchmarks.md §28).
-const MAX_YIELDS: usize = 2;
 
 /// Response bytes past which no further ready response is added to a write.
 const MAX_COALESCED_BYTES: usize = 1024 * 1024;
@@ -141,18 +163,18 @@ enum WriteFailed {
     Idle,
 }
 
-/// Responses ready to go out, in request order, each with the fetch permit it releases once
+/// Responses ready to go out, in request order, each with what its request holds until it is
 /// written.
 #[derive(Default)]
 struct Responses {
-    queue: VecDeque<(Option<Frame>, Option<OwnedSemaphorePermit>)>,
+    queue: VecDeque<(Option<Frame>, Option<Held>)>,
     bytes: usize,
 }
 
 impl Responses {
-    fn push(&mut self, frame: Option<Frame>, permit: Option<OwnedSemaphorePermit>) {
+    fn push(&mut self, frame: Option<Frame>, held: Option<Held>) {
         self.bytes += frame.as_ref().map_or(0, Frame::len);
-        self.queue.push_back((frame, permit));
+        self.queue.push_back((frame, held));
     }
 
     fn is_full(&self) -> bool {
@@ -160,7 +182,7 @@ impl Responses {
     }
 
     /// Writes every queued response with vectored writes (a fetch response's record sets go
-    /// out from the buffers they were read into). Each response, and its fetch permit, is
+    /// out from the buffers they were read into). Each response, and what its request holds, is
     /// dropped as soon as its last byte is written: that returns a fetch response's memory
     /// before the next fetch may be read.
     async fn write(
@@ -221,15 +243,25 @@ async fn read_requests(
     broker: Arc<Broker>,
     mut reader: BufReader<OwnedReadHalf>,
     peer: SocketAddr,
-    slots: mpsc::Sender<ResponseSlot>,
+    slots: mpsc::UnboundedSender<ResponseSlot>,
+    inflight: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     // Kafka clients keep one fetch in flight per connection; more would only let a reader that
     // never drains its socket pile up fetch responses.
-    let fetches = Arc::new(tokio::sync::Semaphore::new(1));
+    let fetches = Arc::new(Semaphore::new(1));
     let mut sequencer = Sequencer::new();
     let facts = ConnectionFacts::default();
     loop {
+        // With `max_inflight_per_connection` requests unanswered the reader stops reading, and
+        // the client's sends back up in its socket.
+        let place = tokio::select! {
+            _ = shutdown.changed() => return,
+            place = inflight.clone().acquire_owned() => match place {
+                Ok(place) => place,
+                Err(_) => return,
+            },
+        };
         let frame = tokio::select! {
             _ = shutdown.changed() => return,
             frame = read_one(&broker, &mut reader, peer) => frame,
@@ -253,6 +285,10 @@ async fn read_requests(
         } else {
             None
         };
+        let held = Held {
+            _inflight: place,
+            _fetch: fetch_permit,
+        };
         let read_at = std::time::Instant::now();
         let version = frame
             .get(2..4)
@@ -270,7 +306,7 @@ async fn read_requests(
             Dispatched::Respond(work) => {
                 let turn = sequencer.next(order);
                 let broker = broker.clone();
-                let handle = tokio::spawn(async move {
+                let response: ResponseFuture = Box::pin(async move {
                     let error = std::cell::Cell::new(None);
                     let (response, error) = RESPONSE_ERROR
                         .scope(error, async {
@@ -286,7 +322,7 @@ async fn read_requests(
                     drop(charge);
                     response
                 });
-                if slots.send((handle, fetch_permit)).await.is_err() {
+                if slots.send((response, held)).is_err() {
                     return;
                 }
             }
@@ -360,78 +396,4 @@ async fn read_one(
 }
 
 #[cfg(test)]
-mod tests {
-    use tokio::net::TcpListener;
-
-    use super::*;
-
-    /// A response of `pieces` chunks, each `piece` bytes of `fill`.
-    fn frame(fill: u8, pieces: usize, piece: usize) -> Frame {
-        let mut frame = Frame::default();
-        for _ in 0..pieces {
-            frame.push(Bytes::from(vec![fill; piece]));
-        }
-        frame
-    }
-
-    #[tokio::test]
-    async fn test_coalesced_responses_arrive_whole_and_in_order_through_partial_writes() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap());
-        let (client, accepted) = tokio::join!(client, listener.accept());
-        let (mut client, (server, _)) = (client.unwrap(), accepted.unwrap());
-        let (_, mut writer) = server.into_split();
-        // More chunks than one write takes and more bytes than the socket buffers hold, so
-        // writes are partial and a response's chunks are split between writes.
-        let mut expected = Vec::new();
-        let mut responses = Responses::default();
-        for i in 0..40u8 {
-            if i % 7 == 3 {
-                responses.push(None, None); // acks=0: nothing to send
-                continue;
-            }
-            let response = frame(i, 1 + usize::from(i % 5), 9_000 + usize::from(i) * 131);
-            expected.extend_from_slice(&response.to_bytes());
-            responses.push(Some(response), None);
-        }
-        let reading = tokio::spawn(async move {
-            let mut got = Vec::new();
-            let mut buffer = [0u8; 1000];
-            loop {
-                let read = client.read(&mut buffer).await.unwrap();
-                if read == 0 {
-                    return got;
-                }
-                got.extend_from_slice(&buffer[..read]);
-                tokio::task::yield_now().await;
-            }
-        });
-        assert!(responses
-            .write(&mut writer, Duration::from_secs(30))
-            .await
-            .is_ok());
-        assert!(responses.queue.is_empty());
-        writer.shutdown().await.unwrap();
-        let got = reading.await.unwrap();
-        assert_eq!(got.len(), expected.len());
-        assert!(got == expected, "bytes differ or are out of order");
-    }
-
-    #[test]
-    fn test_a_response_is_released_once_its_last_byte_is_written() {
-        let mut responses = Responses::default();
-        responses.push(Some(frame(1, 2, 10)), None);
-        responses.push(None, None);
-        responses.push(Some(frame(2, 1, 10)), None);
-        responses.advance(15);
-        responses.release_written();
-        assert_eq!(responses.queue.len(), 3);
-        responses.advance(5);
-        responses.release_written();
-        // The first is written; the acks=0 slot behind it goes with it.
-        assert_eq!(responses.queue.len(), 1);
-        responses.advance(10);
-        responses.release_written();
-        assert!(responses.queue.is_empty());
-    }
-}
+mod tests;

@@ -27,9 +27,9 @@ tokio::task_local! {
 pub(crate) type ResponseFuture = Pin<Box<dyn Future<Output = Option<Frame>> + Send + 'static>>;
 
 pub(crate) enum Dispatched {
-    /// The response (or `None` for acks=0), produced in the background. Nothing of the request
-    /// has happened yet when this is returned, except a produce's entry into the pipeline: the
-    /// connection runs the future in the request's turn (`order.rs`).
+    /// The response (or `None` for acks=0), built by the connection's writer, which polls the
+    /// future. Nothing of the request has happened yet when this is returned, except a
+    /// produce's entry into the pipeline: the future runs in the request's turn (`order.rs`).
     Respond(ResponseFuture),
     /// The request cannot be answered in a way the client understands: close the connection.
     Close(String),

@@ -52,20 +52,15 @@ pub(crate) async fn broker_with_data(
     records: i32,
     batches: usize,
 ) -> (Arc<Broker>, usize) {
-    broker_with(
-        budget,
-        records,
-        batches,
-        BrokerSettings::default().connections_max_idle,
-    )
-    .await
+    broker_with(budget, records, batches, BrokerSettings::default()).await
 }
 
-async fn broker_with(
+/// `broker_with_data` with the rest of its settings from `settings`.
+pub(crate) async fn broker_with(
     budget: usize,
     records: i32,
     batches: usize,
-    connections_max_idle: Duration,
+    settings: BrokerSettings,
 ) -> (Arc<Broker>, usize) {
     let meta: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let control = ControlPlane::open(meta, ControlPlaneSettings::default(), 3)
@@ -75,30 +70,38 @@ async fn broker_with(
         max_frame_bytes: budget,
         max_inflight_request_bytes: budget,
         max_inflight_fetch_bytes: budget,
-        connections_max_idle,
-        ..BrokerSettings::default()
+        ..settings
     };
     let broker = broker_over(&control, settings);
-    let topic_id = control
+    control
         .create_topic(TOPIC, 1, BTreeMap::new(), 77)
         .await
         .unwrap();
     let batch = build_test_batch(records, 1_000, (-1, -1, -1));
     for _ in 0..batches {
-        let ticket = ProduceTicket {
-            partitions: vec![PartitionBatches {
-                topic_id,
-                partition: 0,
-                batches: split_and_validate(&batch).unwrap(),
-            }],
-        };
-        let outcome = broker.produce.submit(ticket).await.await;
-        assert!(
-            matches!(outcome[..], [PartitionOutcome::Committed { .. }]),
-            "{outcome:?}"
-        );
+        append(&broker, &batch).await;
     }
     (broker, batch.len())
+}
+
+/// Commits `batch` to partition 0 of `TOPIC` through the broker's produce pipeline.
+pub(crate) async fn append(broker: &Broker, batch: &Bytes) {
+    let topic_id = broker
+        .control
+        .read(|s| s.topic(TOPIC).map(|topic| topic.id))
+        .expect("the test topic");
+    let ticket = ProduceTicket {
+        partitions: vec![PartitionBatches {
+            topic_id,
+            partition: 0,
+            batches: split_and_validate(batch).unwrap(),
+        }],
+    };
+    let outcome = broker.produce.submit(ticket).await.await;
+    assert!(
+        matches!(outcome[..], [PartitionOutcome::Committed { .. }]),
+        "{outcome:?}"
+    );
 }
 
 /// A broker over `control`, with one in-memory ingest bucket.
@@ -126,7 +129,7 @@ fn broker_over(control: &ControlPlane, settings: BrokerSettings) -> Arc<Broker> 
     ))
 }
 
-fn fetch_request(offset: i64, max_bytes: i32) -> FetchRequest {
+pub(crate) fn fetch_request(offset: i64, max_bytes: i32) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(0)
@@ -150,7 +153,7 @@ fn context(correlation_id: i32) -> RequestContext {
 }
 
 /// Record bytes of partition 0 in a response frame (length prefix included).
-fn records_in(mut frame: Bytes) -> usize {
+pub(crate) fn records_in(mut frame: Bytes) -> usize {
     frame.advance(4 + 4); // length, correlation id
     if FetchResponse::header_version(FETCH_VERSION) >= 1 {
         frame.advance(1); // no tagged fields
@@ -250,7 +253,7 @@ async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
     assert_eq!(broker.fetch_memory.used(), 0);
 }
 
-fn encode_fetch(correlation_id: i32, request: &FetchRequest) -> Bytes {
+pub(crate) fn encode_fetch(correlation_id: i32, request: &FetchRequest) -> Bytes {
     let header = RequestHeader::default()
         .with_request_api_key(ApiKey::Fetch as i16)
         .with_request_api_version(FETCH_VERSION)
@@ -265,7 +268,7 @@ fn encode_fetch(correlation_id: i32, request: &FetchRequest) -> Bytes {
     frame.freeze()
 }
 
-async fn read_response(stream: &mut TcpStream) -> Bytes {
+pub(crate) async fn read_response(stream: &mut TcpStream) -> Bytes {
     let mut prefix = [0u8; 4];
     stream.read_exact(&mut prefix).await.unwrap();
     let mut frame = prefix.to_vec();
@@ -274,7 +277,19 @@ async fn read_response(stream: &mut TcpStream) -> Bytes {
     Bytes::from(frame)
 }
 
-async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+/// A client with a tiny receive buffer that sends two fetches of the whole partition and does
+/// not read.
+pub(crate) async fn slow_client_of_two_fetches(addr: std::net::SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = socket.connect(addr).await.unwrap();
+    let mut frames = encode_fetch(1, &fetch_request(0, i32::MAX)).to_vec();
+    frames.extend_from_slice(&encode_fetch(2, &fetch_request(0, i32::MAX)));
+    slow.write_all(&frames).await.unwrap();
+    slow
+}
+
+pub(crate) async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     tokio::time::timeout(WAIT, async {
         while !condition() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -285,7 +300,7 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 }
 
 /// Request memory (`kafka.max_inflight_request_bytes`) held by frames read but not yet handled.
-fn request_memory_in_use(broker: &Broker) -> usize {
+pub(crate) fn request_memory_in_use(broker: &Broker) -> usize {
     broker.request_memory.used()
 }
 
@@ -304,13 +319,7 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
     let (stop, stop_rx) = watch::channel(false);
     let serving = tokio::spawn(server.run(stop_rx));
 
-    // A client with a tiny receive buffer that sends two fetches and does not read.
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut slow = socket.connect(addr).await.unwrap();
-    let mut frames = encode_fetch(1, &fetch_request(0, i32::MAX)).to_vec();
-    frames.extend_from_slice(&encode_fetch(2, &fetch_request(0, i32::MAX)));
-    slow.write_all(&frames).await.unwrap();
+    let mut slow = slow_client_of_two_fetches(addr).await;
     wait_for("the slow reader's response", || {
         broker.fetch_memory.used() > 0
     })
@@ -366,7 +375,11 @@ async fn test_connection_holds_response_memory_until_the_client_reads() {
 async fn test_idle_and_unread_connections_are_closed() {
     let budget = 16 * 1024 * 1024;
     let idle = Duration::from_millis(300);
-    let (broker, _) = broker_with(budget, 64 * 1024, 48, idle).await;
+    let settings = BrokerSettings {
+        connections_max_idle: idle,
+        ..BrokerSettings::default()
+    };
+    let (broker, _) = broker_with(budget, 64 * 1024, 48, settings).await;
     let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
     let addr = server.local_addr().unwrap();
     let (stop, stop_rx) = watch::channel(false);
@@ -423,10 +436,20 @@ async fn test_idle_and_unread_connections_are_closed() {
 
 /// A request frame as a connection reads it (without the length prefix).
 fn request_frame<R: Encodable>(key: ApiKey, version: i16, request: &R) -> Bytes {
+    request_frame_with(key, version, 5, request)
+}
+
+/// `request_frame` with the correlation id `correlation`.
+pub(crate) fn request_frame_with<R: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    request: &R,
+) -> Bytes {
     let header = RequestHeader::default()
         .with_request_api_key(key as i16)
         .with_request_api_version(version)
-        .with_correlation_id(5)
+        .with_correlation_id(correlation)
         .with_client_id(Some(StrBytes::from_static_str("weir-test")));
     let mut frame = BytesMut::new();
     encode_request_header_into_buffer(&mut frame, &header).unwrap();
