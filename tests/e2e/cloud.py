@@ -18,6 +18,7 @@ explicit endpoints and keys, and no AWS profile or config files (`cloud_env`).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -164,23 +165,22 @@ class Server:
 
 
 class MotoServer(Server):
-    """moto's S3 server (`moto_server`, next to the venv's python)."""
+    """moto's S3 server, run by the test python through tests/cloud/moto_atomic.py, which makes
+    moto decide a conditional write and the write as one step, as S3 does."""
 
     name = "moto"
 
+    SCRIPT = Path(__file__).resolve().parents[1] / "cloud" / "moto_atomic.py"
+
     @staticmethod
     def program() -> str:
-        beside = Path(sys.executable).parent / "moto_server"
-        if beside.is_file():
-            return str(beside)
-        found = shutil.which("moto_server")
-        if not found:
-            raise ServerMissing("moto_server not found next to the test python or on PATH "
+        if importlib.util.find_spec("moto") is None:
+            raise ServerMissing("moto is not installed in the test python "
                                 "(tests/setup.sh installs moto[server] into .venv)")
-        return found
+        return sys.executable
 
     def command(self) -> list[str]:
-        return [self.program(), "-H", "127.0.0.1", "-p", str(self.port)]
+        return [self.program(), str(self.SCRIPT), "-H", "127.0.0.1", "-p", str(self.port)]
 
     def ready(self) -> bool:
         self.client().list_buckets()

@@ -2,7 +2,8 @@
 //! spawned on 127.0.0.1 free ports, killed on drop, plus the one request each needs that
 //! `object_store` cannot make (creating the bucket or container).
 //!
-//! Binaries come from `WEIR_TEST_MOTO_SERVER` / `WEIR_TEST_AZURITE_BLOB`, defaulting to where
+//! Programs come from `WEIR_TEST_MOTO_PYTHON` (a python with moto installed, which runs
+//! `tests/cloud/moto_atomic.py`) / `WEIR_TEST_AZURITE_BLOB`, defaulting to where
 //! `tests/setup.sh` installs them. A missing binary skips the scenario with a message, except
 //! under `CI=true`, where it fails: a scenario that silently did not run is not a pass.
 
@@ -151,20 +152,25 @@ impl Server {
     }
 }
 
-/// Starts `moto_server` on a free port, or `None` when the binary is missing (outside CI).
+/// Starts moto's S3 server on a free port, or `None` when the venv is missing (outside CI).
+/// It runs through `tests/cloud/moto_atomic.py`, which makes moto decide a conditional write and
+/// the write itself as one step, as S3 does (moto alone can lose one of two concurrent
+/// compare-and-set writes).
 pub(crate) async fn start_moto() -> Option<Server> {
     isolate_from_clouds();
-    let program = server_binary(
-        "WEIR_TEST_MOTO_SERVER",
-        ".venv/bin/moto_server",
-        "moto_server (PyPI moto[server])",
+    let python = server_binary(
+        "WEIR_TEST_MOTO_PYTHON",
+        ".venv/bin/python",
+        "a python with moto[server] (the repo's .venv)",
     )?;
-    let args = |port: u16| {
-        ["-H", "127.0.0.1", "-p", &port.to_string()]
+    let script = repo_root().join("tests/cloud/moto_atomic.py");
+    let args = move |port: u16| {
+        let script = script.display().to_string();
+        [script.as_str(), "-H", "127.0.0.1", "-p", &port.to_string()]
             .map(String::from)
             .to_vec()
     };
-    Some(Server::start(&program, "moto_server", args).await)
+    Some(Server::start(&python, "moto_server", args).await)
 }
 
 /// Starts `azurite-blob` (in memory) on a free port, or `None` when the binary is missing.
