@@ -4,8 +4,10 @@
 //! The reader never waits for a response before reading the next request, so a connection can
 //! have up to `max_inflight_per_connection` requests in flight (produce pipelining); each request
 //! still takes effect in request order (`order.rs`). The requests' response futures run in the
-//! writer's task, all of them polled together in one ordered set, not in a task each. Each request holds a charge on the request
-//! memory (`request_memory.rs`) from before its body is read until its response is built.
+//! writer's task, all of them polled together in one ordered set, not in a task each. Each
+//! request holds a charge on the request memory (`request_memory.rs`) from before its body is
+//! read until its response is built, and its place among those in flight until the response is
+//! written.
 //!
 //! Both directions batch system calls: the reader reads the socket through a small per-connection
 //! buffer (a pipelining client's small requests arrive several per read), and the writer sends
