@@ -137,8 +137,8 @@ pub(crate) async fn serve(
     debug!(%peer, "connection closed");
 }
 
-/// A request's response future, with a handler's panic caught (the connection closes on it, as
-/// a spawned task's failure would) and what the request holds passed through to the write.
+/// A request's response future, with a handler's panic caught (the connection closes on it) and
+/// what the request holds passed through to the write.
 fn answer(
     (response, held): ResponseSlot,
 ) -> impl Future<Output = (std::thread::Result<Option<Frame>>, Held)> {

@@ -22,9 +22,8 @@ use kafka_protocol::protocol::{
 };
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
-use tokio::sync::watch;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use weir_common::{Clock, SystemClock};
 use weir_control::{ControlPlane, ControlPlaneSettings};
 use weir_fetch::FetchReader;
@@ -36,13 +35,13 @@ use weir_storage::{QuorumWriter, ReadCache};
 
 use crate::dispatch::{dispatch, ConnectionFacts, Dispatched, RequestContext};
 use crate::handlers::fetch;
-use crate::{Broker, BrokerSettings, Server};
+use crate::{Broker, BrokerSettings};
 
 const FETCH_VERSION: i16 = 12;
 pub(crate) const TOPIC: &str = "memory";
 /// Each record of a test batch is 8 bytes: 2,000 make a ~16 KiB batch.
 const SMALL_BATCH_RECORDS: i32 = 2_000;
-const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// A broker over in-memory buckets whose request and response budgets are `budget` bytes,
 /// holding `batches` equal batches of `records` records in partition 0 of `TOPIC`. Returns it
@@ -254,18 +253,20 @@ async fn test_fetch_without_data_holds_no_memory_while_long_polling() {
 }
 
 pub(crate) fn encode_fetch(correlation_id: i32, request: &FetchRequest) -> Bytes {
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::Fetch as i16)
-        .with_request_api_version(FETCH_VERSION)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("weir-test")));
-    let mut payload = BytesMut::new();
-    encode_request_header_into_buffer(&mut payload, &header).unwrap();
-    request.encode(&mut payload, FETCH_VERSION).unwrap();
-    let mut frame = BytesMut::with_capacity(4 + payload.len());
-    frame.put_i32(payload.len() as i32);
-    frame.extend_from_slice(&payload);
-    frame.freeze()
+    length_prefixed(&request_frame_with(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        correlation_id,
+        request,
+    ))
+}
+
+/// `frame` as a client sends it: its length, then the frame.
+pub(crate) fn length_prefixed(frame: &[u8]) -> Bytes {
+    let mut prefixed = BytesMut::with_capacity(4 + frame.len());
+    prefixed.put_i32(frame.len() as i32);
+    prefixed.extend_from_slice(frame);
+    prefixed.freeze()
 }
 
 pub(crate) async fn read_response(stream: &mut TcpStream) -> Bytes {
@@ -275,18 +276,6 @@ pub(crate) async fn read_response(stream: &mut TcpStream) -> Bytes {
     frame.resize(4 + i32::from_be_bytes(prefix) as usize, 0);
     stream.read_exact(&mut frame[4..]).await.unwrap();
     Bytes::from(frame)
-}
-
-/// A client with a tiny receive buffer that sends two fetches of the whole partition and does
-/// not read.
-pub(crate) async fn slow_client_of_two_fetches(addr: std::net::SocketAddr) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut slow = socket.connect(addr).await.unwrap();
-    let mut frames = encode_fetch(1, &fetch_request(0, i32::MAX)).to_vec();
-    frames.extend_from_slice(&encode_fetch(2, &fetch_request(0, i32::MAX)));
-    slow.write_all(&frames).await.unwrap();
-    slow
 }
 
 pub(crate) async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
@@ -302,136 +291,6 @@ pub(crate) async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 /// Request memory (`kafka.max_inflight_request_bytes`) held by frames read but not yet handled.
 pub(crate) fn request_memory_in_use(broker: &Broker) -> usize {
     broker.request_memory.used()
-}
-
-#[tokio::test(start_paused = true)]
-async fn test_connection_holds_response_memory_until_the_client_reads() {
-    // Responses larger than what the kernel's socket buffers absorb (up to 4 MiB on loopback):
-    // 512 KiB batches, 48 of them (24 MiB), and a 64 MiB budget, so one response holds the whole
-    // partition and two would still fit the budget: only one fetch at a time per connection
-    // keeps the second one from being built.
-    let budget = 64 * 1024 * 1024;
-    let batches = 48;
-    let (broker, batch) = broker_with_data(budget, 64 * 1024, batches).await;
-    let partition = batches * batch;
-    let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let (stop, stop_rx) = watch::channel(false);
-    let serving = tokio::spawn(server.run(stop_rx));
-
-    let mut slow = slow_client_of_two_fetches(addr).await;
-    wait_for("the slow reader's response", || {
-        broker.fetch_memory.used() > 0
-    })
-    .await;
-    // Its second fetch has been read (its frame holds request memory) and waits for the first
-    // response to be written. On the paused clock the sleep returns only once the agent has
-    // done all it can: had the second fetch gone ahead, its frame's memory would be released
-    // and a second whole-partition response charged by now.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        request_memory_in_use(&broker) > 0,
-        "the second fetch was handled while the first response was unread"
-    );
-    let pinned = broker.fetch_memory.used();
-    assert!(
-        pinned >= partition && pinned < 2 * partition,
-        "{pinned} bytes charged for one response of a {partition}-byte partition"
-    );
-
-    // Another client is served meanwhile, with what is left of the budget (or one batch).
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(&encode_fetch(7, &fetch_request(0, i32::MAX)))
-        .await
-        .unwrap();
-    assert!(records_in(read_response(&mut client).await) >= batch);
-    // Its memory is returned right after the write (which the read above may overtake).
-    wait_for("the other client's response memory", || {
-        broker.fetch_memory.used() == pinned
-    })
-    .await;
-
-    // Once the slow client reads, both of its responses are written and their memory returned.
-    let first = read_response(&mut slow).await;
-    let second = read_response(&mut slow).await;
-    assert_eq!(records_in(first), partition);
-    assert_eq!(records_in(second), partition);
-    wait_for("the written responses' memory", || {
-        broker.fetch_memory.used() == 0
-    })
-    .await;
-
-    stop.send(true).unwrap();
-    drop((slow, client));
-    serving.await.unwrap();
-}
-
-/// `connections_max_idle`: a connection that sends nothing is closed, and so is one whose client
-/// stops reading a response — which returns the response memory it pinned. A client that sends
-/// a request every half idle period is never closed. Paused clock: the idle timeouts and the
-/// client's pauses happen in simulated time, in a fixed order.
-#[tokio::test(start_paused = true)]
-async fn test_idle_and_unread_connections_are_closed() {
-    let budget = 16 * 1024 * 1024;
-    let idle = Duration::from_millis(300);
-    let settings = BrokerSettings {
-        connections_max_idle: idle,
-        ..BrokerSettings::default()
-    };
-    let (broker, _) = broker_with(budget, 64 * 1024, 48, settings).await;
-    let server = Server::bind("127.0.0.1:0", broker.clone()).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let (stop, stop_rx) = watch::channel(false);
-    let serving = tokio::spawn(server.run(stop_rx));
-
-    // Sends nothing: the agent closes it (the read sees end of stream) after the idle period,
-    // not before.
-    let mut quiet = TcpStream::connect(addr).await.unwrap();
-    let opened = tokio::time::Instant::now();
-    let mut byte = [0u8; 1];
-    let read = tokio::time::timeout(WAIT, quiet.read(&mut byte))
-        .await
-        .expect("an idle connection was not closed");
-    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-    assert!(
-        opened.elapsed() >= idle,
-        "closed after {:?}",
-        opened.elapsed()
-    );
-
-    // Asks for a response larger than the socket buffers and never reads it.
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut stuck = socket.connect(addr).await.unwrap();
-    stuck
-        .write_all(&encode_fetch(1, &fetch_request(0, i32::MAX)))
-        .await
-        .unwrap();
-    wait_for("the stuck reader's response", || {
-        broker.fetch_memory.used() > 0
-    })
-    .await;
-    wait_for("the stuck connection's memory", || {
-        broker.fetch_memory.used() == 0
-    })
-    .await;
-
-    // A client that keeps talking is not affected: six requests half an idle period apart span
-    // three idle periods.
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    for i in 0..6 {
-        client
-            .write_all(&encode_fetch(10 + i, &fetch_request(0, 1024)))
-            .await
-            .unwrap();
-        assert!(records_in(read_response(&mut client).await) > 0);
-        tokio::time::sleep(idle / 2).await;
-    }
-
-    stop.send(true).unwrap();
-    drop((quiet, stuck, client));
-    serving.await.unwrap();
 }
 
 /// A request frame as a connection reads it (without the length prefix).
