@@ -231,8 +231,16 @@ pub struct Report {
     pub total_published_bytes: u64,
     /// Consumed over the whole run; equals total_published × subscriptions when nothing is lost.
     pub total_consumed: u64,
-    /// Acked time − send time (or the intended send time at a fixed rate).
+    /// Acked time − send time (or the intended send time at a fixed rate): the load
+    /// generator's own lag counts, so a client that falls behind shows it.
     pub publish_latency: Latency,
+    /// Acked time − the time the message was first handed to the client (OpenMessaging
+    /// Benchmark's publish latency; a wait on a full client queue counts here, as in OMB).
+    #[serde(default)]
+    pub publish_from_send_latency: Latency,
+    /// Handed to the client − intended send time (OMB's publish delay; ~0 without a fixed rate).
+    #[serde(default)]
+    pub publish_delay: Latency,
     /// Read time − send timestamp carried in the payload.
     pub end_to_end_latency: Latency,
     /// CPU seconds (utime + stime) of this benchmark process (all its clients) in the window.
@@ -278,6 +286,8 @@ impl Report {
         );
         for (name, l) in [
             ("publish", &self.publish_latency),
+            ("  from send", &self.publish_from_send_latency),
+            ("  send delay", &self.publish_delay),
             ("end-to-end", &self.end_to_end_latency),
         ] {
             let _ = writeln!(

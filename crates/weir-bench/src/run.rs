@@ -72,6 +72,25 @@ pub struct Outcome {
     pub end_to_end_histogram: Histogram<u64>,
 }
 
+/// Every client's histograms merged.
+struct Merged {
+    publish: Histogram<u64>,
+    from_send: Histogram<u64>,
+    delay: Histogram<u64>,
+    end_to_end: Histogram<u64>,
+}
+
+impl Default for Merged {
+    fn default() -> Self {
+        Merged {
+            publish: report::new_histogram(),
+            from_send: report::new_histogram(),
+            delay: report::new_histogram(),
+            end_to_end: report::new_histogram(),
+        }
+    }
+}
+
 /// Whole-run and since-last-progress histograms of one client.
 pub(crate) struct Hists {
     total: Histogram<u64>,
@@ -114,9 +133,56 @@ impl Counters {
     }
 }
 
+/// A producer's latencies, as OpenMessaging Benchmark splits them at a fixed rate.
+pub(crate) struct ProducerHists {
+    /// Acknowledged − intended send time: what the benchmark's latency goals are judged on.
+    publish: Hists,
+    /// Acknowledged − the time the message was first handed to the client (OMB's publish
+    /// latency; a wait on a full client queue counts here, as in OMB).
+    from_send: Hists,
+    /// Handed to the client − intended send time (OMB's publish delay): how far the load
+    /// generator itself lagged its schedule.
+    delay: Hists,
+}
+
+impl ProducerHists {
+    fn new() -> Self {
+        ProducerHists {
+            publish: Hists::new(),
+            from_send: Hists::new(),
+            delay: Hists::new(),
+        }
+    }
+
+    /// One message acknowledged at `now_us` (microseconds since the epoch), sent with `opaque`.
+    fn record(&mut self, now_us: u64, opaque: usize) {
+        let (intended, sent) = unpack_opaque(opaque);
+        let now = now_us as u32;
+        self.publish.record(u64::from(now.wrapping_sub(intended)));
+        self.from_send.record(u64::from(now.wrapping_sub(sent)));
+        self.delay.record(u64::from(sent.wrapping_sub(intended)));
+    }
+}
+
+// The opaque carries two 32-bit times.
+const _: () = assert!(usize::BITS >= 64);
+
+/// The per-message opaque: the intended send time and the time the message was handed to the
+/// client, each in microseconds since the epoch modulo 2³² (~71.6 minutes). Differences are
+/// taken with wrapping arithmetic, so every latency below ~71.6 minutes (the histograms stop at
+/// an hour) is exact however long the run.
+fn pack_opaque(intended_us: u64, sent_us: u64) -> usize {
+    (u64::from(intended_us as u32) | (u64::from(sent_us as u32) << 32)) as usize
+}
+
+fn unpack_opaque(opaque: usize) -> (u32, u32) {
+    let opaque = opaque as u64;
+    (opaque as u32, (opaque >> 32) as u32)
+}
+
 struct ProducerStats {
     counters: Arc<Counters>,
-    hists: Arc<Mutex<Hists>>,
+    hists: Arc<Mutex<ProducerHists>>,
     /// Base of the per-message opaque (microseconds since this instant).
     epoch: Instant,
 }
@@ -124,10 +190,10 @@ struct ProducerStats {
 impl ClientContext for ProducerStats {}
 
 impl ProducerContext for ProducerStats {
-    /// Send (or intended send) time, microseconds since `epoch`.
+    /// Intended send time and delay to the actual send ([`pack_opaque`]).
     type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, sent_us: usize) {
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         match result {
             Ok(message) => {
                 let now = self.epoch.elapsed().as_micros() as u64;
@@ -137,7 +203,7 @@ impl ProducerContext for ProducerStats {
                 self.hists
                     .lock()
                     .expect("producer histograms")
-                    .record(now.saturating_sub(sent_us as u64));
+                    .record(now, opaque);
             }
             Err((error, _)) => self.counters.error(format!("delivery: {error}")),
         }
@@ -239,7 +305,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let mut producer_threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
     for (t, topic) in topics.iter().enumerate() {
         for index in 0..workload.producers_per_topic {
-            let hists = Arc::new(Mutex::new(Hists::new()));
+            let hists = Arc::new(Mutex::new(ProducerHists::new()));
             producer_stats.push(hists.clone());
             let stats = ProducerStats {
                 counters: counters.clone(),
@@ -274,22 +340,29 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
                 while !stop.load(Ordering::Relaxed) {
                     // At a fixed rate, latency counts from the intended send time, so a client
                     // that falls behind shows it (no coordinated omission).
-                    let (intended, intended_unix) = match interval {
+                    // The send time is the one the lag behind the schedule is measured at.
+                    let (intended, intended_unix, sent) = match interval {
                         Some(interval) => {
                             let due = start + interval.mul_f64(n as f64);
                             let now = Instant::now();
                             if due > now {
                                 std::thread::sleep(due - now);
                             }
-                            let behind = Instant::now().saturating_duration_since(due);
-                            (due, unix_micros() - behind.as_micros() as u64)
+                            let sent = Instant::now();
+                            let behind = sent.saturating_duration_since(due);
+                            (due, unix_micros() - behind.as_micros() as u64, sent)
                         }
-                        None => (Instant::now(), unix_micros()),
+                        None => {
+                            let now = Instant::now();
+                            (now, unix_micros(), now)
+                        }
                     };
                     if payload.len() >= 8 {
                         payload[..8].copy_from_slice(&intended_unix.to_le_bytes());
                     }
-                    let opaque = intended.saturating_duration_since(epoch).as_micros() as usize;
+                    let since_epoch = |at: Instant| at.saturating_duration_since(epoch).as_micros();
+                    let opaque =
+                        pack_opaque(since_epoch(intended) as u64, since_epoch(sent) as u64);
                     let partition = ((n as usize + offset) % partitions as usize) as i32;
                     let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(&topic, opaque)
                         .payload(&payload[..])
@@ -326,18 +399,21 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     }
 
     // Warm-up, then the measured window, with a progress line every interval.
-    let merged =
-        |which: &dyn Fn(&mut Hists) -> Histogram<u64>| -> (Histogram<u64>, Histogram<u64>) {
-            let mut publish = report::new_histogram();
-            for s in &producer_stats {
-                let _ = publish.add(which(&mut s.lock().expect("producer histograms")));
-            }
-            let mut e2e = report::new_histogram();
-            for s in &consumer_stats {
-                let _ = e2e.add(which(&mut s.lock().expect("consumer histograms")));
-            }
-            (publish, e2e)
-        };
+    let merged = |which: &dyn Fn(&mut Hists) -> Histogram<u64>| -> Merged {
+        let mut out = Merged::default();
+        for s in &producer_stats {
+            let mut s = s.lock().expect("producer histograms");
+            let _ = out.publish.add(which(&mut s.publish));
+            let _ = out.from_send.add(which(&mut s.from_send));
+            let _ = out.delay.add(which(&mut s.delay));
+        }
+        for s in &consumer_stats {
+            let _ = out
+                .end_to_end
+                .add(which(&mut s.lock().expect("consumer histograms")));
+        }
+        out
+    };
     let take_interval = |h: &mut Hists| {
         let out = h.interval.clone();
         h.interval.reset();
@@ -441,9 +517,9 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         if !opts.progress_interval.is_zero() && now >= last.0 + opts.progress_interval {
             let (_, acked, acked_bytes, consumed, _) = snapshot(&counters);
             let secs = (now - last.0).as_secs_f64();
-            let (publish, e2e) = merged(&take_interval);
-            let p = Latency::from_histogram(&publish);
-            let e = Latency::from_histogram(&e2e);
+            let interval = merged(&take_interval);
+            let p = Latency::from_histogram(&interval.publish);
+            let e = Latency::from_histogram(&interval.end_to_end);
             eprintln!(
                 "[{:>6.1}s {}] pub {:>9.0} msg/s {:>7.2} MiB/s | cons {:>9.0} msg/s | backlog {:>8} | pub p50 {:.1} p99 {:.1} ms | e2e p50 {:.1} p99 {:.1} ms | err {}",
                 (now - started).as_secs_f64(),
@@ -468,7 +544,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let cpu_end = opts.agent_pid.and_then(agent::cpu_seconds);
     let client_cpu_seconds =
         agent::cpu_seconds(std::process::id()).unwrap_or(0.0) - client_cpu_start;
-    let (publish_histogram, end_to_end_histogram) = merged(&clone_total);
+    let window = merged(&clone_total);
     stop_producers.store(true, Ordering::Relaxed);
     for thread in producer_threads {
         let _ = thread.join();
@@ -535,8 +611,10 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         total_published,
         total_published_bytes: total_acked_bytes,
         total_consumed: counters.consumed.load(Ordering::Relaxed),
-        publish_latency: Latency::from_histogram(&publish_histogram),
-        end_to_end_latency: Latency::from_histogram(&end_to_end_histogram),
+        publish_latency: Latency::from_histogram(&window.publish),
+        publish_from_send_latency: Latency::from_histogram(&window.from_send),
+        publish_delay: Latency::from_histogram(&window.delay),
+        end_to_end_latency: Latency::from_histogram(&window.end_to_end),
         client_cpu_seconds,
         agent,
         objects,
@@ -555,7 +633,42 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     };
     Ok(Outcome {
         report,
-        publish_histogram,
-        end_to_end_histogram,
+        publish_histogram: window.publish,
+        end_to_end_histogram: window.end_to_end,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_opaque_carries_intended_and_send_times() {
+        for (intended, sent) in [(0, 0), (1, 2), (3_600_000_000, 3_600_001_500)] {
+            assert_eq!(
+                unpack_opaque(pack_opaque(intended, sent)),
+                (intended as u32, sent as u32)
+            );
+        }
+    }
+
+    #[test]
+    fn test_publish_latency_splits_into_send_delay_and_time_from_send() {
+        let mut hists = ProducerHists::new();
+        // Due at 1 ms, handed to the client at 1.25 ms, acknowledged at 10 ms.
+        hists.record(10_000, pack_opaque(1_000, 1_250));
+        // The same message in a run long enough for its times to wrap 32 bits in between.
+        let base = (1u64 << 32) - 2_000;
+        hists.record(base + 10_000, pack_opaque(base + 1_000, base + 1_250));
+        let ms = |h: &Hists| {
+            let l = Latency::from_histogram(&h.total);
+            assert_eq!(l.count, 2);
+            (l.p50_ms, l.max_ms)
+        };
+        let close =
+            |(a, b): (f64, f64), want: f64| (a - want).abs() < 0.01 && (b - want).abs() < 0.01;
+        assert!(close(ms(&hists.publish), 9.0));
+        assert!(close(ms(&hists.from_send), 8.75));
+        assert!(close(ms(&hists.delay), 0.25));
+    }
 }

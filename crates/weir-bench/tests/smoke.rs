@@ -55,6 +55,23 @@ fn test_bench_smoke_workload_against_spawned_agent() {
     assert!(report.consumed > 0, "{report:?}");
     assert_eq!(report.errors, 0, "{report:?}");
     assert!(report.publish_latency.count > 0 && report.end_to_end_latency.count > 0);
+    // Every acknowledged message is also counted from its send, with its send delay.
+    assert_eq!(
+        report.publish_from_send_latency.count,
+        report.publish_latency.count
+    );
+    assert_eq!(report.publish_delay.count, report.publish_latency.count);
+    // Each message's publish latency is its send delay plus its time from send, so the means
+    // add up (within the histograms' precision and their 1 µs floor).
+    let (publish, from_send, delay) = (
+        &report.publish_latency,
+        &report.publish_from_send_latency,
+        &report.publish_delay,
+    );
+    assert!(
+        (from_send.mean_ms + delay.mean_ms - publish.mean_ms).abs() < 0.01 * publish.mean_ms + 0.01,
+        "{publish:?} {from_send:?} {delay:?}"
+    );
     assert!(report.agent.is_some(), "spawned agent usage is reported");
     assert!(report.catch_up.is_none(), "no backlog was asked for");
     let objects = report.objects.expect("file:// bucket objects counted");
