@@ -17,6 +17,9 @@
 //! Sequence numbers are zero-padded to 20 digits (`u64::MAX` has 20) so that lexicographic
 //! listing order equals numeric order.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
 use object_store::path::Path;
 
 /// File extension of Weir data files.
@@ -36,7 +39,46 @@ pub use weir_common::Tier;
 
 /// Key of a data file from its metadata: the one function readers, writers, the deleter and the
 /// sweep use, so the layout can change in one place.
+///
+/// Recently built keys are remembered per thread (`RECENT_KEYS`): a fetch names every
+/// partition's batch in the file a commit wrote, so the same key is asked for many times in a
+/// row, and building one (formatting and validating the path) was ~2 % of an agent serving
+/// 48.8 MiB/s to a consumer (docs/benchmarks.md §31).
 pub fn data_file(tier: Tier, file_id: &weir_common::FileId) -> Path {
+    // `try_with`: a key asked for while the thread's locals are torn down is built afresh.
+    RECENT_KEYS
+        .try_with(|recent| {
+            let mut recent = recent.borrow_mut();
+            if let Some(at) = recent
+                .iter()
+                .position(|(t, id, _)| *t == tier && id == file_id)
+            {
+                return recent[at].2.clone();
+            }
+            let key = build_data_file(tier, file_id);
+            if recent.len() == RECENT_KEY_COUNT {
+                recent.pop_back();
+            }
+            recent.push_front((tier, *file_id, key.clone()));
+            key
+        })
+        .unwrap_or_else(|_| build_data_file(tier, file_id))
+}
+
+/// Data-file keys remembered per thread, newest first.
+const RECENT_KEY_COUNT: usize = 32;
+
+/// Remembered keys with what they were built from, newest first.
+type RecentKeys = VecDeque<(Tier, weir_common::FileId, Path)>;
+
+thread_local! {
+    /// The last [`RECENT_KEY_COUNT`] data-file keys built on this thread (a key is a pure
+    /// function of its tier and id, so a remembered one is always right).
+    static RECENT_KEYS: RefCell<RecentKeys> =
+        RefCell::new(VecDeque::with_capacity(RECENT_KEY_COUNT));
+}
+
+fn build_data_file(tier: Tier, file_id: &weir_common::FileId) -> Path {
     match tier {
         Tier::Ingest => {
             // Built as one string and checked, not part by part: fetches name a key per batch.
@@ -276,6 +318,37 @@ mod tests {
         assert_eq!(
             parse_data_file(&Path::from("meta/log/00000000000000000001")),
             None
+        );
+    }
+
+    #[test]
+    fn test_keys_remembered_data_file_keys_are_the_keys_built() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let ids: Vec<_> = (0..RECENT_KEY_COUNT * 2 + 3)
+            .map(|n| weir_common::FileId::new(1_764_547_200_000 + n as i64 * 3_600_000, &mut rng))
+            .collect();
+        // Asked for over and over, newest and evicted alike, in both tiers: a remembered key is
+        // the one built, and the tier is part of what is remembered.
+        for round in 0..3 {
+            for (n, id) in ids.iter().enumerate() {
+                for tier in [Tier::Ingest, Tier::Regional] {
+                    assert_eq!(
+                        data_file(tier, id),
+                        build_data_file(tier, id),
+                        "round {round}, id {n}, {tier:?}"
+                    );
+                }
+                let again = ids[n / 2];
+                assert_eq!(
+                    data_file(Tier::Ingest, &again),
+                    build_data_file(Tier::Ingest, &again)
+                );
+            }
+        }
+        RECENT_KEYS.with(|recent| assert_eq!(recent.borrow().len(), RECENT_KEY_COUNT));
+        assert_ne!(
+            data_file(Tier::Ingest, &ids[0]),
+            data_file(Tier::Regional, &ids[0])
         );
     }
 
