@@ -15,7 +15,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::run::{Counters, Hists, Options};
+use crate::latency::Hists;
+use crate::run::{Counters, Options};
 use crate::workload::Workload;
 
 /// One consumer to start: its assignment, group and latency histograms.

@@ -8,6 +8,7 @@
 pub mod agent;
 mod backlog;
 mod consume;
+mod latency;
 pub mod report;
 pub mod run;
 pub mod svg;

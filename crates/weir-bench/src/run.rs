@@ -18,7 +18,8 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use crate::agent;
 use crate::backlog::{build_backlog, end_offsets, CatchUpRun, Position, CATCH_UP_POLL};
 use crate::consume::{self, unix_micros};
-use crate::report::{self, AgentUsage, CatchUp, Latency, Report};
+use crate::latency::{self, pack_opaque, Hists, ProducerHists};
+use crate::report::{AgentUsage, CatchUp, Latency, Report};
 use crate::workload::Workload;
 
 /// How to run a workload.
@@ -72,44 +73,6 @@ pub struct Outcome {
     pub end_to_end_histogram: Histogram<u64>,
 }
 
-/// Every client's histograms merged.
-struct Merged {
-    publish: Histogram<u64>,
-    from_send: Histogram<u64>,
-    delay: Histogram<u64>,
-    end_to_end: Histogram<u64>,
-}
-
-impl Default for Merged {
-    fn default() -> Self {
-        Merged {
-            publish: report::new_histogram(),
-            from_send: report::new_histogram(),
-            delay: report::new_histogram(),
-            end_to_end: report::new_histogram(),
-        }
-    }
-}
-
-/// Whole-run and since-last-progress histograms of one client.
-pub(crate) struct Hists {
-    total: Histogram<u64>,
-    interval: Histogram<u64>,
-}
-
-impl Hists {
-    pub(crate) fn new() -> Self {
-        Hists {
-            total: report::new_histogram(),
-            interval: report::new_histogram(),
-        }
-    }
-    pub(crate) fn record(&mut self, us: u64) {
-        report::record(&mut self.total, us);
-        report::record(&mut self.interval, us);
-    }
-}
-
 #[derive(Default)]
 pub(crate) struct Counters {
     sent: AtomicU64,
@@ -131,53 +94,6 @@ impl Counters {
             samples.push(message);
         }
     }
-}
-
-/// A producer's latencies, as OpenMessaging Benchmark splits them at a fixed rate.
-pub(crate) struct ProducerHists {
-    /// Acknowledged − intended send time: what the benchmark's latency goals are judged on.
-    publish: Hists,
-    /// Acknowledged − the time the message was first handed to the client (OMB's publish
-    /// latency; a wait on a full client queue counts here, as in OMB).
-    from_send: Hists,
-    /// Handed to the client − intended send time (OMB's publish delay): how far the load
-    /// generator itself lagged its schedule.
-    delay: Hists,
-}
-
-impl ProducerHists {
-    fn new() -> Self {
-        ProducerHists {
-            publish: Hists::new(),
-            from_send: Hists::new(),
-            delay: Hists::new(),
-        }
-    }
-
-    /// One message acknowledged at `now_us` (microseconds since the epoch), sent with `opaque`.
-    fn record(&mut self, now_us: u64, opaque: usize) {
-        let (intended, sent) = unpack_opaque(opaque);
-        let now = now_us as u32;
-        self.publish.record(u64::from(now.wrapping_sub(intended)));
-        self.from_send.record(u64::from(now.wrapping_sub(sent)));
-        self.delay.record(u64::from(sent.wrapping_sub(intended)));
-    }
-}
-
-// The opaque carries two 32-bit times.
-const _: () = assert!(usize::BITS >= 64);
-
-/// The per-message opaque: the intended send time and the time the message was handed to the
-/// client, each in microseconds since the epoch modulo 2³² (~71.6 minutes). Differences are
-/// taken with wrapping arithmetic, so every latency below ~71.6 minutes (the histograms stop at
-/// an hour) is exact however long the run.
-fn pack_opaque(intended_us: u64, sent_us: u64) -> usize {
-    (u64::from(intended_us as u32) | (u64::from(sent_us as u32) << 32)) as usize
-}
-
-fn unpack_opaque(opaque: usize) -> (u32, u32) {
-    let opaque = opaque as u64;
-    (opaque as u32, (opaque >> 32) as u32)
 }
 
 struct ProducerStats {
@@ -399,32 +315,9 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     }
 
     // Warm-up, then the measured window, with a progress line every interval.
-    let merged = |which: &dyn Fn(&mut Hists) -> Histogram<u64>| -> Merged {
-        let mut out = Merged::default();
-        for s in &producer_stats {
-            let mut s = s.lock().expect("producer histograms");
-            let _ = out.publish.add(which(&mut s.publish));
-            let _ = out.from_send.add(which(&mut s.from_send));
-            let _ = out.delay.add(which(&mut s.delay));
-        }
-        for s in &consumer_stats {
-            let _ = out
-                .end_to_end
-                .add(which(&mut s.lock().expect("consumer histograms")));
-        }
-        out
+    let merged = |which: &dyn Fn(&mut Hists) -> Histogram<u64>| {
+        latency::merge(&producer_stats, &consumer_stats, which)
     };
-    let take_interval = |h: &mut Hists| {
-        let out = h.interval.clone();
-        h.interval.reset();
-        out
-    };
-    let reset_total = |h: &mut Hists| {
-        h.total.reset();
-        h.interval.reset();
-        report::new_histogram()
-    };
-    let clone_total = |h: &mut Hists| h.total.clone();
 
     // A backlog run builds its backlog with no consumer reading, then starts the consumers
     // from the beginning (reading from the bucket once the backlog outgrows the agent's cache)
@@ -450,7 +343,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             done: None,
         });
         // The histograms measure the window: publish latencies of the backlog build go.
-        merged(&reset_total);
+        merged(&Hists::reset);
         consumer_threads = consume::start(&planned, &topics, opts, &counters, &stop_consumers)?;
         warmup = Duration::ZERO;
     }
@@ -492,7 +385,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
             }
         }
         if !measuring && now >= warmup_end {
-            merged(&reset_total);
+            merged(&Hists::reset);
             window_start = snapshot(&counters);
             cpu_start = opts.agent_pid.and_then(agent::cpu_seconds);
             client_cpu_start = agent::cpu_seconds(std::process::id()).unwrap_or(0.0);
@@ -517,7 +410,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         if !opts.progress_interval.is_zero() && now >= last.0 + opts.progress_interval {
             let (_, acked, acked_bytes, consumed, _) = snapshot(&counters);
             let secs = (now - last.0).as_secs_f64();
-            let interval = merged(&take_interval);
+            let interval = merged(&Hists::take_interval);
             let p = Latency::from_histogram(&interval.publish);
             let e = Latency::from_histogram(&interval.end_to_end);
             eprintln!(
@@ -544,7 +437,7 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
     let cpu_end = opts.agent_pid.and_then(agent::cpu_seconds);
     let client_cpu_seconds =
         agent::cpu_seconds(std::process::id()).unwrap_or(0.0) - client_cpu_start;
-    let window = merged(&clone_total);
+    let window = merged(&Hists::clone_total);
     stop_producers.store(true, Ordering::Relaxed);
     for thread in producer_threads {
         let _ = thread.join();
@@ -636,39 +529,4 @@ pub fn run(workload: &Workload, opts: &Options) -> anyhow::Result<Outcome> {
         publish_histogram: window.publish,
         end_to_end_histogram: window.end_to_end,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_opaque_carries_intended_and_send_times() {
-        for (intended, sent) in [(0, 0), (1, 2), (3_600_000_000, 3_600_001_500)] {
-            assert_eq!(
-                unpack_opaque(pack_opaque(intended, sent)),
-                (intended as u32, sent as u32)
-            );
-        }
-    }
-
-    #[test]
-    fn test_publish_latency_splits_into_send_delay_and_time_from_send() {
-        let mut hists = ProducerHists::new();
-        // Due at 1 ms, handed to the client at 1.25 ms, acknowledged at 10 ms.
-        hists.record(10_000, pack_opaque(1_000, 1_250));
-        // The same message in a run long enough for its times to wrap 32 bits in between.
-        let base = (1u64 << 32) - 2_000;
-        hists.record(base + 10_000, pack_opaque(base + 1_000, base + 1_250));
-        let ms = |h: &Hists| {
-            let l = Latency::from_histogram(&h.total);
-            assert_eq!(l.count, 2);
-            (l.p50_ms, l.max_ms)
-        };
-        let close =
-            |(a, b): (f64, f64), want: f64| (a - want).abs() < 0.01 && (b - want).abs() < 0.01;
-        assert!(close(ms(&hists.publish), 9.0));
-        assert!(close(ms(&hists.from_send), 8.75));
-        assert!(close(ms(&hists.delay), 0.25));
-    }
 }
