@@ -106,7 +106,7 @@ struct ProducerStats {
 impl ClientContext for ProducerStats {}
 
 impl ProducerContext for ProducerStats {
-    /// Intended send time and delay to the actual send ([`pack_opaque`]).
+    /// The intended and the actual send time ([`pack_opaque`]).
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
