@@ -1,5 +1,15 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How much later than asked a `tokio::time` timer fires on average, less the ~0.1 ms a wake-up
+/// takes anyway. tokio's timer wheel ticks once a millisecond and rounds every deadline up to a
+/// tick, and the driver wakes up to a tick later still: measured 1.1–1.2 ms for 1–7 ms sleeps,
+/// 1.3 ms beside a busy loop on the same core (`cargo bench -p weir-storage --bench
+/// model_clock`, docs/benchmarks.md §23). Code on real time that needs a deadline met on
+/// average arms its timer this much early; under a paused clock (tests, the simulator) timers
+/// are exact and nothing is compensated.
+pub const TOKIO_TIMER_LAG: Duration = Duration::from_millis(1);
 
 /// Wall-clock time in milliseconds since the Unix epoch.
 ///

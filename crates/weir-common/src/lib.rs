@@ -14,7 +14,7 @@ pub mod placement;
 mod tier;
 
 pub use backoff::Backoff;
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TOKIO_TIMER_LAG};
 pub use ids::{FileId, TopicId};
 pub use metrics::LATENCY_BUCKETS;
 pub use tier::Tier;

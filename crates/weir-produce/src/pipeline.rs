@@ -50,6 +50,11 @@ pub struct ProduceSettings {
     /// acknowledged (its tickets fail retriably), so the resolver may abort it once this plus
     /// the clock-skew margin has passed.
     pub ack_deadline: Duration,
+    /// How late tokio's timer fires on this runtime: a seal deadline the batcher sleeps
+    /// towards is armed this much early, so files seal on time on average instead of about a
+    /// millisecond late (`weir_common::TOKIO_TIMER_LAG` on real time). Zero under a paused
+    /// clock (tests, the simulator), whose timers are exact.
+    pub timer_lag: Duration,
 }
 
 impl Default for ProduceSettings {
@@ -64,6 +69,7 @@ impl Default for ProduceSettings {
             queue_depth: 1024,
             parallel_persistence: false,
             ack_deadline: Duration::from_secs(10),
+            timer_lag: Duration::ZERO,
         }
     }
 }

@@ -224,6 +224,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             parallel_persistence: config.produce.parallel_persistence
                 && cluster_incarnation.is_none(),
             ack_deadline: config.produce.ack_deadline,
+            timer_lag: weir_common::TOKIO_TIMER_LAG,
             ..ProduceSettings::default()
         },
         writer.clone(),

@@ -221,3 +221,36 @@ async fn test_at_a_high_rate_files_fill_to_the_target() {
         .count();
     assert!(small <= 2, "files below the target: {sizes:?}");
 }
+
+/// When the second of two batches is acknowledged: the first seals at once and uploads for
+/// 500 ms, so the second, at 10 ms, can only seal at its 50 ms bound.
+async fn bound_sealed_ack(timer_lag: Duration) -> Duration {
+    let settings = ProduceSettings {
+        flush_interval: Duration::from_millis(50),
+        timer_lag,
+        ..ProduceSettings::default()
+    };
+    let (h, topic) = one_partition(settings, 500, "lag").await;
+    let started = Instant::now();
+    let first = h.pipeline.submit(single(topic, 0, 1)).await;
+    sleep(Duration::from_millis(10)).await;
+    let second = h.pipeline.submit(single(topic, 0, 1)).await;
+    assert_eq!(first.await, vec![committed(0)]);
+    assert_eq!(second.await, vec![committed(1)]);
+    assert_eq!(seals(&h, SealReason::Interval), 1);
+    started.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_bound_seal_is_armed_the_timer_lag_early() {
+    // The paused clock's timers are exact, so the lag shows whole: the agent's real timer fires
+    // about that late, and the seal lands on the bound on average.
+    let exact = bound_sealed_ack(Duration::ZERO).await;
+    let early = bound_sealed_ack(Duration::from_millis(1)).await;
+    assert_eq!(
+        exact - early,
+        Duration::from_millis(1),
+        "{exact:?} {early:?}"
+    );
+    assert!(exact >= Duration::from_millis(560), "{exact:?}");
+}

@@ -184,6 +184,9 @@ impl Scenario {
                     // upload (see `run`).
                     parallel_persistence: put_p50 % 2 == 1,
                     ack_deadline: SIM_ACK_DEADLINE,
+                    // The paused clock's timers are exact: nothing to compensate, and every
+                    // seed seals as it did before the agent's timers were.
+                    timer_lag: Duration::ZERO,
                 }
             },
             log_inflight: rng.usize(1..=8),

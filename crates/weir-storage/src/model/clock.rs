@@ -17,10 +17,7 @@
 
 use std::time::Duration;
 
-/// How much later than asked a `tokio::time::sleep` ends on average (measured 1.1–1.2 ms for
-/// 1–7 ms sleeps, 1.3 ms beside a busy loop on the same core), less the ~0.1 ms a wake-up
-/// takes anyway.
-pub(super) const TOKIO_TIMER_LAG: Duration = Duration::from_millis(1);
+use weir_common::TOKIO_TIMER_LAG;
 
 /// Which clock a [`ModelStore`](super::ModelStore) waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
