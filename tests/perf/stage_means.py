@@ -8,7 +8,7 @@
 import argparse
 import re
 
-LINE = re.compile(r"^(weir_\w+?)(_sum|_count)(\{[^}]*\})? ([0-9.e+-]+)$")
+LINE = re.compile(r"^(weir_\w+?)(_sum|_count|_bucket)(\{[^}]*\})? ([0-9.e+-]+)$")
 
 
 def load(path: str) -> dict:
@@ -25,6 +25,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="/tmp/weir-perf")
     parser.add_argument("--seconds", type=float, default=20.0, help="time between the scrapes")
+    parser.add_argument("--wait-over", type=float, metavar="MS",
+                        help="also the share of batches whose batch wait exceeded MS (a "
+                             "histogram bucket bound: 0.5, 1, 2, 5, ... ms; §33)")
     parser.add_argument("names", nargs="+")
     args = parser.parse_args()
     for name in args.names:
@@ -48,6 +51,13 @@ def main() -> None:
                    f"({slots:.0f}/s)")
         files = delta("weir_file_size_bytes", "", "_count") / args.seconds
         row.append(f"files {files:.0f}/s")
+        if args.wait_over is not None:
+            stage = '{stage="batch_wait"}'
+            bound = '{stage="batch_wait",le="%g"}' % (args.wait_over / 1000)
+            total = delta("weir_produce_stage_duration_seconds", stage, "_count")
+            within = delta("weir_produce_stage_duration_seconds", bound, "_bucket")
+            share = 1 - within / total if total else float("nan")
+            row.append(f"batch_wait>{args.wait_over:g}ms {share:.1%}")
         print("  ".join(row))
 
 

@@ -22,9 +22,10 @@
 //! seal can come later than the spacing says, never later than the interval.
 //!
 //! On time: a deadline is compared with the clock whenever the batcher wakes, and the timer
-//! that wakes it when nothing else does is armed `timer_lag` early, because tokio fires about
-//! a millisecond late (`weir_common::TOKIO_TIMER_LAG`). Left to tokio, 18 % of the batches at
-//! 50 MiB/s with a 2 ms interval waited past it (docs/benchmarks.md §33).
+//! that wakes it when nothing else does is armed `timer_lag` early (`SealTimer`), because
+//! tokio fires about a millisecond late (`weir_common::TOKIO_TIMER_LAG`). Left to tokio, 17–20 %
+//! of the batches at 50 MiB/s with a 2 ms interval waited past it; now 10–14 %
+//! (docs/benchmarks.md §33).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -230,6 +231,7 @@ impl Batcher {
     pub(crate) async fn run(mut self, mut tickets: mpsc::Receiver<QueuedTicket>) {
         let mut open: Option<OpenFile> = None;
         let upload_done = self.upload_done.clone();
+        let mut timer = SealTimer::new(self.settings.timer_lag);
         loop {
             let now = Instant::now();
             let due = open.as_ref().map(|file| self.seal_at(file, now));
@@ -242,7 +244,7 @@ impl Batcher {
                     continue;
                 }
             }
-            let wake = due.map(|(at, _)| timer_for(at, now, self.settings.timer_lag));
+            let wake = due.map(|(at, _)| timer.wake_for(at, now));
             // Biased, deadline first: a due file seals even under a steady stream of tickets,
             // and the order of events depends only on the inputs (the simulator replays seeds).
             tokio::select! {
@@ -435,14 +437,38 @@ fn resolve_placements(
     slot
 }
 
-/// When to arm tokio's timer for a seal due `at`: `lag` early while that is still ahead, so
-/// that the timer, which fires about `lag` late, seals on time on average (up to `lag` early,
-/// never past the interval by more than a wake-up); else `at` itself, which a ticket arriving
-/// meanwhile catches exactly (`Batcher::run`).
-fn timer_for(at: Instant, now: Instant, lag: Duration) -> Instant {
-    match at.checked_sub(lag) {
-        Some(early) if early > now => early,
-        _ => at,
+/// Where the batcher's timer is armed for the seal deadline ahead.
+struct SealTimer {
+    lag: Duration,
+    /// The deadline last armed for, and the instant its timer was armed at.
+    armed: Option<(Instant, Instant)>,
+}
+
+impl SealTimer {
+    fn new(lag: Duration) -> Self {
+        Self { lag, armed: None }
+    }
+
+    /// When to arm tokio's timer for a seal due `at`: `lag` early if that was still ahead when
+    /// the deadline was first seen, so that the timer, which fires about `lag` late, seals on
+    /// time on average (a single seal up to `lag` early); else `at` itself. Kept for as long
+    /// as the deadline stays: requests that wake the batcher in its last `lag` (they come in
+    /// bursts a millisecond or so apart) must not move the timer back to `at`, where it would
+    /// fire a millisecond late again. A deadline already within `lag` is not armed early: an
+    /// eager seal's spacing (a quarter interval, 0.5 ms at 2 ms) would otherwise shrink to
+    /// nothing. A request arriving after `at` seals exactly (`Batcher::run`).
+    fn wake_for(&mut self, at: Instant, now: Instant) -> Instant {
+        if let Some((deadline, wake)) = self.armed {
+            if deadline == at {
+                return wake;
+            }
+        }
+        let wake = match at.checked_sub(self.lag) {
+            Some(early) if early > now => early,
+            _ => at,
+        };
+        self.armed = Some((at, wake));
+        wake
     }
 }
 
@@ -462,12 +488,28 @@ mod tests {
         let now = Instant::now();
         let lag = Duration::from_millis(1);
         let at = now + Duration::from_millis(5);
-        assert_eq!(timer_for(at, now, lag), at - lag);
+        assert_eq!(SealTimer::new(lag).wake_for(at, now), at - lag);
         // Due within the lag: armed for the deadline itself, never for a past instant (which
         // would fire at once and seal early by up to the lag on every wake).
         let soon = now + Duration::from_micros(400);
-        assert_eq!(timer_for(soon, now, lag), soon);
-        assert_eq!(timer_for(now + lag, now, lag), now + lag);
-        assert_eq!(timer_for(at, now, Duration::ZERO), at);
+        assert_eq!(SealTimer::new(lag).wake_for(soon, now), soon);
+        assert_eq!(SealTimer::new(lag).wake_for(now + lag, now), now + lag);
+        assert_eq!(SealTimer::new(Duration::ZERO).wake_for(at, now), at);
+    }
+
+    #[test]
+    fn test_a_wake_in_the_last_lag_keeps_the_early_timer() {
+        let now = Instant::now();
+        let lag = Duration::from_millis(1);
+        let mut timer = SealTimer::new(lag);
+        let at = now + Duration::from_millis(2);
+        assert_eq!(timer.wake_for(at, now), at - lag);
+        // A burst of requests 1.5 ms in, inside the last lag before the same deadline.
+        let later = now + Duration::from_micros(1_500);
+        assert_eq!(timer.wake_for(at, later), at - lag);
+        // A new deadline is armed afresh.
+        let next = later + Duration::from_millis(2);
+        assert_eq!(timer.wake_for(next, later), next - lag);
+        assert_eq!(timer.wake_for(at, later), at);
     }
 }
