@@ -146,18 +146,29 @@ async fn test_a_steady_stream_seals_at_most_four_files_per_interval() {
     assert_eq!(seals(&h, SealReason::Interval), 0);
 }
 
-#[tokio::test(start_paused = true)]
-async fn test_flush_interval_bounds_the_wait_for_room() {
+/// Two batches with `flush_interval` 50 ms and 500 ms uploads: the first seals at once, the
+/// second, at 10 ms, cannot wait for the first upload. Returns when the second was
+/// acknowledged.
+async fn bound_sealed(timer_lag: Duration) -> (Harness, TopicId, Duration) {
     let settings = ProduceSettings {
         flush_interval: Duration::from_millis(50),
+        timer_lag,
         ..ProduceSettings::default()
     };
     let (h, topic) = one_partition(settings, 500, "bound").await;
+    let started = Instant::now();
     let first = h.pipeline.submit(single(topic, 0, 1)).await;
     sleep(Duration::from_millis(10)).await;
     let second = h.pipeline.submit(single(topic, 0, 1)).await;
     assert_eq!(first.await, vec![committed(0)]);
     assert_eq!(second.await, vec![committed(1)]);
+    let acknowledged = started.elapsed();
+    (h, topic, acknowledged)
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_flush_interval_bounds_the_wait_for_room() {
+    let (h, topic, _) = bound_sealed(Duration::ZERO).await;
     // The second batch could not wait for the first upload (500 ms): it sealed at its bound.
     assert_eq!(seals(&h, SealReason::Eager), 1);
     assert_eq!(seals(&h, SealReason::Interval), 1);
@@ -222,31 +233,14 @@ async fn test_at_a_high_rate_files_fill_to_the_target() {
     assert!(small <= 2, "files below the target: {sizes:?}");
 }
 
-/// When the second of two batches is acknowledged: the first seals at once and uploads for
-/// 500 ms, so the second, at 10 ms, can only seal at its 50 ms bound.
-async fn bound_sealed_ack(timer_lag: Duration) -> Duration {
-    let settings = ProduceSettings {
-        flush_interval: Duration::from_millis(50),
-        timer_lag,
-        ..ProduceSettings::default()
-    };
-    let (h, topic) = one_partition(settings, 500, "lag").await;
-    let started = Instant::now();
-    let first = h.pipeline.submit(single(topic, 0, 1)).await;
-    sleep(Duration::from_millis(10)).await;
-    let second = h.pipeline.submit(single(topic, 0, 1)).await;
-    assert_eq!(first.await, vec![committed(0)]);
-    assert_eq!(second.await, vec![committed(1)]);
-    assert_eq!(seals(&h, SealReason::Interval), 1);
-    started.elapsed()
-}
-
 #[tokio::test(start_paused = true)]
 async fn test_a_bound_seal_is_armed_the_timer_lag_early() {
     // The paused clock's timers are exact, so the lag shows whole: the agent's real timer fires
     // about that late, and the seal lands on the bound on average.
-    let exact = bound_sealed_ack(Duration::ZERO).await;
-    let early = bound_sealed_ack(Duration::from_millis(1)).await;
+    let (h, _, exact) = bound_sealed(Duration::ZERO).await;
+    assert_eq!(seals(&h, SealReason::Interval), 1);
+    let (h, _, early) = bound_sealed(Duration::from_millis(1)).await;
+    assert_eq!(seals(&h, SealReason::Interval), 1);
     assert_eq!(
         exact - early,
         Duration::from_millis(1),
