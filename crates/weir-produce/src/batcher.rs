@@ -21,10 +21,11 @@
 //! upload done), so while it sleeps a decaying rate does not bring the eager point forward: a
 //! seal can come later than the spacing says, never later than the interval.
 //!
-//! On time: a deadline is compared with the clock whenever the batcher wakes, and the timer
-//! that wakes it when nothing else does is armed `timer_lag` early (`SealTimer`), because
-//! tokio fires about a millisecond late (`weir_common::TOKIO_TIMER_LAG`). Left to tokio, 17–20 %
-//! of the batches at 50 MiB/s with a 2 ms interval waited past it; now 10–14 %
+//! On time: a deadline is compared with the clock whenever the batcher wakes. When nothing
+//! else wakes it, a timer does; for the interval, an upper bound, it is armed `timer_lag`
+//! early (`SealTimer`), because tokio fires about a millisecond late
+//! (`weir_common::TOKIO_TIMER_LAG`); the spacing, a minimum, is never armed early. Left to
+//! tokio, 17–21 % of the batches at 50 MiB/s with a 2 ms interval waited past it; now 10–15 %
 //! (docs/benchmarks.md §33).
 
 use std::collections::HashMap;
@@ -244,7 +245,7 @@ impl Batcher {
                     continue;
                 }
             }
-            let wake = due.map(|(at, _)| timer.wake_for(at, now));
+            let wake = due.map(|(at, reason)| timer.wake_for(at, reason, now));
             // Biased, deadline first: a due file seals even under a steady stream of tickets,
             // and the order of events depends only on the inputs (the simulator replays seeds).
             tokio::select! {
@@ -440,7 +441,7 @@ fn resolve_placements(
 /// Where the batcher's timer is armed for the seal deadline ahead.
 struct SealTimer {
     lag: Duration,
-    /// The deadline last armed for, and the instant its timer was armed at.
+    /// The bound last armed for, and the instant its timer was armed at.
     armed: Option<(Instant, Instant)>,
 }
 
@@ -449,17 +450,26 @@ impl SealTimer {
         Self { lag, armed: None }
     }
 
-    /// When to arm tokio's timer for a seal due `at`: `lag` early if that was still ahead when
-    /// the deadline was first seen, so that the timer, which fires about `lag` late, seals on
-    /// time on average (a single seal up to `lag` early); else `at` itself. Kept for as long
-    /// as the deadline stays: requests that wake the batcher in its last `lag` (they come in
-    /// bursts a millisecond or so apart) must not move the timer back to `at`, where it would
-    /// fire a millisecond late again. A deadline already within `lag` is not armed early: an
-    /// eager seal's spacing (a quarter interval, 0.5 ms at 2 ms) would otherwise shrink to
-    /// nothing. A request arriving after `at` seals exactly (`Batcher::run`).
-    fn wake_for(&mut self, at: Instant, now: Instant) -> Instant {
-        if let Some((deadline, wake)) = self.armed {
-            if deadline == at {
+    /// When to arm tokio's timer for a seal due `at`.
+    ///
+    /// The interval is an upper bound on a batch's wait: its timer is armed `lag` early if that
+    /// was still ahead when the bound was first seen, so that the timer, which fires about
+    /// `lag` late, seals on time on average (a single seal up to `lag` early). That instant is
+    /// kept while the bound stands: requests that wake the batcher in its last `lag` (they come
+    /// in bursts a millisecond or so apart) must not move the timer back to `at`, where it
+    /// would fire a millisecond late again.
+    ///
+    /// The eager spacing is the least time between seals, so its timer is armed at `at` and
+    /// never fires early (only late, unless a request arriving after `at` seals it exactly:
+    /// `Batcher::run`). Armed early, eager seals came up to a millisecond before their spacing:
+    /// 2 % more PUTs per GiB at the defaults at 20 MiB/s, and 9 % more files (against 6–7 %
+    /// now) at 5,000 msg/s with `eager_uploads` 3 (docs/benchmarks.md §33).
+    fn wake_for(&mut self, at: Instant, reason: SealReason, now: Instant) -> Instant {
+        if reason != SealReason::Interval {
+            return at;
+        }
+        if let Some((bound, wake)) = self.armed {
+            if bound == at {
                 return wake;
             }
         }
@@ -483,18 +493,23 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 mod tests {
     use super::*;
 
+    const BOUND: SealReason = SealReason::Interval;
+
     #[test]
-    fn test_the_seal_timer_is_armed_early_only_while_that_is_ahead() {
+    fn test_the_bound_timer_is_armed_early_only_while_that_is_ahead() {
         let now = Instant::now();
         let lag = Duration::from_millis(1);
         let at = now + Duration::from_millis(5);
-        assert_eq!(SealTimer::new(lag).wake_for(at, now), at - lag);
+        assert_eq!(SealTimer::new(lag).wake_for(at, BOUND, now), at - lag);
         // Due within the lag: armed for the deadline itself, never for a past instant (which
         // would fire at once and seal early by up to the lag on every wake).
         let soon = now + Duration::from_micros(400);
-        assert_eq!(SealTimer::new(lag).wake_for(soon, now), soon);
-        assert_eq!(SealTimer::new(lag).wake_for(now + lag, now), now + lag);
-        assert_eq!(SealTimer::new(Duration::ZERO).wake_for(at, now), at);
+        assert_eq!(SealTimer::new(lag).wake_for(soon, BOUND, now), soon);
+        assert_eq!(
+            SealTimer::new(lag).wake_for(now + lag, BOUND, now),
+            now + lag
+        );
+        assert_eq!(SealTimer::new(Duration::ZERO).wake_for(at, BOUND, now), at);
     }
 
     #[test]
@@ -503,13 +518,25 @@ mod tests {
         let lag = Duration::from_millis(1);
         let mut timer = SealTimer::new(lag);
         let at = now + Duration::from_millis(2);
-        assert_eq!(timer.wake_for(at, now), at - lag);
+        assert_eq!(timer.wake_for(at, BOUND, now), at - lag);
         // A burst of requests 1.5 ms in, inside the last lag before the same deadline.
         let later = now + Duration::from_micros(1_500);
-        assert_eq!(timer.wake_for(at, later), at - lag);
+        assert_eq!(timer.wake_for(at, BOUND, later), at - lag);
         // A new deadline is armed afresh.
         let next = later + Duration::from_millis(2);
-        assert_eq!(timer.wake_for(next, later), next - lag);
-        assert_eq!(timer.wake_for(at, later), at);
+        assert_eq!(timer.wake_for(next, BOUND, later), next - lag);
+        assert_eq!(timer.wake_for(at, BOUND, later), at);
+    }
+
+    #[test]
+    fn test_the_eager_spacing_is_never_armed_early() {
+        let now = Instant::now();
+        let lag = Duration::from_millis(1);
+        let mut timer = SealTimer::new(lag);
+        let at = now + Duration::from_millis(5);
+        assert_eq!(timer.wake_for(at, SealReason::Eager, now), at);
+        // Nor does an earlier bound's early instant carry over to it.
+        assert_eq!(timer.wake_for(at, BOUND, now), at - lag);
+        assert_eq!(timer.wake_for(at, SealReason::Eager, now), at);
     }
 }
