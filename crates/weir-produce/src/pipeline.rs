@@ -50,10 +50,11 @@ pub struct ProduceSettings {
     /// acknowledged (its tickets fail retriably), so the resolver may abort it once this plus
     /// the clock-skew margin has passed.
     pub ack_deadline: Duration,
-    /// How late tokio's timer fires on this runtime: a seal deadline the batcher sleeps
-    /// towards is armed this much early, so files seal on time on average instead of about a
-    /// millisecond late (`weir_common::TOKIO_TIMER_LAG` on real time). Zero under a paused
-    /// clock (tests, the simulator), whose timers are exact.
+    /// How late tokio's timer fires on this runtime: the batcher arms its timer for a file's
+    /// `flush_interval` bound this much early, so files seal at the bound on average instead of
+    /// about a millisecond past it (`weir_common::TOKIO_TIMER_LAG` on real time). The eager
+    /// spacing, a minimum, is never armed early. Zero under a paused clock (tests, the
+    /// simulator), whose timers are exact.
     pub timer_lag: Duration,
 }
 
